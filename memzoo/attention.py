@@ -1,0 +1,111 @@
+"""Local causal attention with rotary positions: the path every memory mixes with.
+
+Positions are relative to the current segment's first token (memory prefixes get negative
+positions), so RoPE sees the same offsets whether a sequence is streamed or run in one call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def rope(x: Tensor, pos: Tensor, base: float) -> Tensor:
+    """Rotate pairs (x[..., :D/2], x[..., D/2:]) by angle pos * base^(-2i/D).
+
+    x: [B, H, L, D]; pos: [L] or [B, L] (integer or float positions).
+    """
+    d = x.shape[-1]
+    half = d // 2
+    inv_freq = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # [D/2]
+    angle = pos.to(torch.float32)[..., None] * inv_freq  # [L, D/2] or [B, L, D/2]
+    if angle.dim() == 3:
+        angle = angle[:, None]  # [B, 1, L, D/2]
+    cos, sin = angle.cos(), angle.sin()
+    x1, x2 = x[..., :half].float(), x[..., half:].float()
+    out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return out.to(x.dtype)
+
+
+@dataclass
+class KVPrefix:
+    """Extra keys/values placed before the segment (XL caches, compressed memories, full history).
+
+    Keys are stored without positional encoding; `pos` gives each slot's position relative to the
+    segment's first token (negative), and `valid` masks empty slots, so an empty memory is masked,
+    never attended as zero vectors.
+    """
+
+    k: Tensor  # [B, H, M, D]
+    v: Tensor  # [B, H, M, D]
+    pos: Tensor  # [M] or [B, M]
+    valid: Tensor  # [B, M] bool
+
+
+class LocalAttention:
+    """Causal softmax attention over [prefix; segment] with RoPE; backend sdpa or xformers (CUDA)."""
+
+    def __init__(self, rope_base: float, backend: str = "auto"):
+        self.rope_base = rope_base
+        self.backend = backend
+
+    def _use_xformers(self, device: torch.device) -> bool:
+        if self.backend == "sdpa":
+            return False
+        if self.backend == "xformers":
+            if device.type != "cuda":
+                raise RuntimeError(
+                    "attention_backend='xformers' needs a CUDA device (xformers has no CPU kernels); "
+                    "use attention_backend='sdpa' or 'auto'"
+                )
+            return True
+        if device.type != "cuda":
+            return False
+        try:
+            import xformers.ops  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, prefix: Optional[KVPrefix] = None) -> Tensor:
+        """q, k, v: [B, H, N, D] without positional encoding; returns [B, H, N, D]."""
+        n = q.shape[-2]
+        pos = torch.arange(n, device=q.device)
+        q_r, k_r = rope(q, pos, self.rope_base), rope(k, pos, self.rope_base)
+        if prefix is None:
+            if self._use_xformers(q.device):
+                return self._xformers(q_r, k_r, v, None)
+            return F.scaled_dot_product_attention(q_r, k_r, v, is_causal=True)
+        pk = rope(prefix.k.to(q.dtype), prefix.pos, self.rope_base)
+        k_all = torch.cat((pk, k_r), dim=-2)  # [B, H, M+N, D]
+        v_all = torch.cat((prefix.v.to(q.dtype), v), dim=-2)
+        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()  # [N, N]
+        mask = torch.cat(
+            (prefix.valid[:, None, :].expand(-1, n, -1), causal.expand(q.shape[0], -1, -1)), dim=-1
+        )[:, None]  # [B, 1, N, M+N]
+        if self._use_xformers(q.device):
+            return self._xformers(q_r, k_all, v_all, mask)
+        return F.scaled_dot_product_attention(q_r, k_all, v_all, attn_mask=mask)
+
+    def with_mask(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, mask: Tensor) -> Tensor:
+        """General form: explicit positions and a boolean mask [B, 1, Nq, Nk] (True = may attend)."""
+        q_r, k_r = rope(q, q_pos, self.rope_base), rope(k, k_pos, self.rope_base)
+        if self._use_xformers(q.device):
+            return self._xformers(q_r, k_r, v, mask)
+        return F.scaled_dot_product_attention(q_r, k_r, v, attn_mask=mask)
+
+    @staticmethod
+    def _xformers(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+        import xformers.ops as xops  # lazy: optional extra, CUDA only
+
+        bias = None
+        if mask is None:
+            bias = xops.LowerTriangularMask()
+        else:
+            bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+            bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        out = xops.memory_efficient_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_bias=bias)
+        return out.transpose(1, 2)

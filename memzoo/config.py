@@ -1,0 +1,203 @@
+"""Structured run configuration (OmegaConf): schema, YAML presets, `key=value` overrides, validation.
+
+A run config has fixed sections (model, data, train, eval) checked against dataclasses, and a
+`memory` section checked against the chosen plugin's own config dataclass, so an unknown key or a
+wrong type is an error that names it, wherever it appears.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from memzoo.resources import resource_dir
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the offending key or value."""
+
+
+@dataclass
+class ModelConfig:
+    """The shared backbone: a pre-norm decoder run segment by segment."""
+
+    vocab_size: int = 256
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    mlp_ratio: float = 4.0
+    segment_len: int = 128  # N: tokens per segment
+    rope_base: float = 10000.0
+    dropout: float = 0.0
+    attention_backend: str = "auto"  # auto | sdpa | xformers (xformers: CUDA only)
+    checkpoint_activations: bool = False
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass
+class DataConfig:
+    """Where the bytes come from. `stdlib` is the embedded default corpus."""
+
+    source: str = "stdlib"  # "stdlib", a file, a folder, or a glob
+    valid_fraction: float = 0.05
+    test_fraction: float = 0.05
+    min_doc_bytes: int = 64
+    max_docs: Optional[int] = None  # cap on documents read (for quick experiments and tests)
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 300
+    batch_size: int = 8
+    window_segments: int = 8  # S: segments per training window (input length = S * N)
+    bptt_segments: int = 4  # k: gradient flows through the state across at most k segments
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 30
+    weight_decay: float = 0.1
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    grad_clip: float = 1.0
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; memory state stays float32)
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int = 0  # torch threads on CPU; 0 = torch's default
+    checkpoint_every: int = 100
+    log_every: int = 10
+    eval_every: int = 0  # 0 = only at the end
+    aux_loss_weight: float = 1.0
+
+
+@dataclass
+class EvalConfig:
+    batch_size: int = 8
+    max_docs: int = 64  # documents streamed from the split
+    max_segments_per_doc: int = 16  # documents are truncated here; bpb is reported per segment index
+    split: str = "valid"
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    seed: int = 0
+    out_dir: str = "runs"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    memory: Any = field(default_factory=lambda: {"name": "local"})
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    # Per-method memory options for commands that consider several methods on one backbone
+    # (footprint tables, comparison suites): {method name: {option: value}}.
+    methods: Any = field(default_factory=dict)
+
+
+def preset_path(name_or_path: str) -> Path:
+    """A YAML path as given, else a preset shipped in configs/ (e.g. `infini-linear`, `paper/table1`)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    root = resource_dir("configs")
+    for candidate in (root / name_or_path, root / f"{name_or_path}.yaml", root / "presets" / f"{name_or_path}.yaml"):
+        if candidate.is_file():
+            return candidate
+    known = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+    raise ConfigError(f"config {name_or_path!r} is neither a file nor a shipped preset; presets: {', '.join(known)}")
+
+
+def _load_yaml_chain(path: Path) -> DictConfig:
+    """Load YAML honouring an optional `defaults: [other.yaml, ...]` list (paths relative to the file)."""
+    raw = OmegaConf.load(path)
+    parents = raw.pop("defaults", []) if isinstance(raw, DictConfig) else []
+    merged = OmegaConf.create()
+    for parent in parents:
+        merged = OmegaConf.merge(merged, _load_yaml_chain((path.parent / parent).resolve()))
+    return OmegaConf.merge(merged, raw)
+
+
+def _parse_overrides(overrides: list[str]) -> DictConfig:
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+    try:
+        return OmegaConf.from_dotlist(list(overrides))
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"could not parse overrides {overrides}: {err}") from err
+
+
+def _merge_checked(schema: Any, *layers: Any, where: str) -> DictConfig:
+    try:
+        return OmegaConf.merge(schema, *layers)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or getattr(err, "key", None)
+        where_key = f"{where}.{key}" if where and key else (key or where)
+        raise ConfigError(f"bad config key or value at {where_key!r}: {err.msg if hasattr(err, 'msg') else err}") from None
+
+
+def memory_config(name: str, options: Any) -> Any:
+    """Validate one method's options against its plugin's config dataclass; returns the dataclass."""
+    from memzoo.plugins import get_memory
+
+    spec = get_memory(name)
+    opts = OmegaConf.create(options if options is not None else {})
+    opts = OmegaConf.masked_copy(opts, [k for k in opts.keys() if k != "name"]) if "name" in opts else opts
+    schema = OmegaConf.structured(spec.config_cls(**spec.defaults))
+    merged = _merge_checked(schema, opts, where=f"memory[{name}]")
+    return OmegaConf.to_object(merged)
+
+
+def resolve(cfg: DictConfig) -> DictConfig:
+    """Check the memory section against its plugin and derived constraints; returns the full config."""
+    name = cfg.memory.get("name") if isinstance(cfg.memory, DictConfig) else None
+    if not name:
+        raise ConfigError("memory.name is missing; set it to a registered method (see `memzoo list`)")
+    mem = memory_config(name, cfg.memory)
+    cfg.memory = OmegaConf.merge({"name": name}, OmegaConf.structured(mem))
+    for method, options in (cfg.methods or {}).items():
+        memory_config(method, options)  # validate early; raises naming the key
+    m = cfg.model
+    if m.d_model % m.n_heads:
+        raise ConfigError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}")
+    if cfg.train.precision not in ("fp32", "bf16", "fp16"):
+        raise ConfigError(f"train.precision={cfg.train.precision!r}; expected fp32, bf16 or fp16")
+    if cfg.model.attention_backend not in ("auto", "sdpa", "xformers"):
+        raise ConfigError(f"model.attention_backend={cfg.model.attention_backend!r}; expected auto, sdpa or xformers")
+    if cfg.train.bptt_segments < 1 or cfg.train.window_segments % cfg.train.bptt_segments:
+        raise ConfigError(
+            f"train.bptt_segments={cfg.train.bptt_segments} must be >= 1 and divide train.window_segments={cfg.train.window_segments}"
+        )
+    return cfg
+
+
+def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> DictConfig:
+    """Schema <- preset YAML <- `key=value` overrides, validated. Errors name the bad key."""
+    schema = OmegaConf.structured(RunConfig)
+    layers: list[Any] = []
+    if name_or_path:
+        layers.append(_load_yaml_chain(preset_path(name_or_path)))
+    if overrides:
+        layers.append(_parse_overrides(overrides))
+    # `memory` is free-form in the schema; replace rather than merge when the method changes.
+    cfg = _merge_checked(schema, *layers, where="")
+    return resolve(cfg)
+
+
+def model_config(cfg: DictConfig) -> ModelConfig:
+    return ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True))
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def plain(obj: Any) -> Any:
+    """A dataclass or DictConfig as plain Python containers."""
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, DictConfig):
+        return OmegaConf.to_container(obj, resolve=True)
+    return obj

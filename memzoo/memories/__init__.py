@@ -1,0 +1,1 @@
+"""In-tree memory plugins: every module here is imported by `memzoo.plugins.discover()`."""

@@ -1,0 +1,86 @@
+"""Baseline `full`: causal attention over the whole document so far (the ceiling where it fits).
+
+The state is every past key and value of the current document (no positional encoding; RoPE is
+applied at attention time with positions relative to the segment), so streaming segment by
+segment gives the same outputs as one call over the whole input. Cost and state grow linearly
+with the input; `max_len` (off by default) turns it into a sliding window for long streams.
+Gradient flows through the cache within a truncated-BPTT block, like through one long sequence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from memzoo.config import ModelConfig
+from memzoo.memory import LayerInputs, LayerMemory, State, zero_loss
+from memzoo.plugins import register_memory
+
+
+@dataclass
+class FullConfig:
+    max_len: Optional[int] = None  # keep at most this many past positions (None: all of the document)
+
+
+@register_memory("full", config=FullConfig)
+class FullAttention(LayerMemory):
+    def __init__(self, cfg: FullConfig, model: ModelConfig, layer_index: int):
+        super().__init__(cfg, model, layer_index)
+        if cfg.max_len is not None and cfg.max_len < 1:
+            raise ValueError(f"full max_len={cfg.max_len}; expected a positive int or None")
+
+    def initial_state(self, batch_size: int, device: torch.device) -> State:
+        h, d = self.model_cfg.n_heads, self.model_cfg.d_head
+        return {
+            "k": torch.zeros(batch_size, h, 0, d, device=device),  # [B, H, P, D]
+            "v": torch.zeros(batch_size, h, 0, d, device=device),
+            "valid": torch.zeros(batch_size, 0, dtype=torch.bool, device=device),  # [B, P]
+        }
+
+    def reset_rows(self, state: State, rows: Tensor) -> State:
+        return {**state, "valid": state["valid"] & ~rows[:, None]}
+
+    @classmethod
+    def footprint(cls, cfg: FullConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
+        kept = tokens_seen if cfg.max_len is None else min(tokens_seen, cfg.max_len)
+        return {"total": 2 * model.d_head * model.n_heads * kept * model.n_layers}
+
+    def forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
+        b, s, h, n, d = x.q.shape
+        past = state["k"].shape[2]
+        window = lambda t: t.transpose(1, 2).reshape(b, h, s * n, d)  # noqa: E731  [B, H, S*N, D]
+        q, k_new, v_new = window(x.q), window(x.k), window(x.v)
+        k_all = torch.cat((state["k"].to(q.dtype), k_new), dim=2)  # [B, H, P+S*N, D]
+        v_all = torch.cat((state["v"].to(q.dtype), v_new), dim=2)
+
+        # Which document each position belongs to: 0 = the one the state continues, +1 per reset.
+        doc = torch.cumsum(x.reset.long(), dim=1).repeat_interleave(n, dim=1)  # [B, S*N]
+        key_doc = torch.cat((torch.zeros(b, past, dtype=torch.long, device=q.device), doc), dim=1)
+        key_ok = torch.cat((state["valid"], torch.ones(b, s * n, dtype=torch.bool, device=q.device)), dim=1)
+        q_pos = torch.arange(s * n, device=q.device)
+        k_pos = torch.arange(-past, s * n, device=q.device)
+        mask = (
+            (doc[:, :, None] == key_doc[:, None, :])
+            & key_ok[:, None, :]
+            & (k_pos[None, None, :] <= q_pos[None, :, None])
+        )[:, None]  # [B, 1, S*N, P+S*N]
+        out = x.attend.with_mask(q, k_all, v_all, q_pos, k_pos, mask)  # [B, H, S*N, D]
+        out = out.view(b, h, s, n, d).transpose(1, 2)  # [B, S, H, N, D]
+
+        valid = key_ok & (key_doc == doc[:, -1:])  # only the last document's positions stay visible
+        return out, self._trim({"k": k_all, "v": v_all, "valid": valid}), zero_loss(x.q)
+
+    def _trim(self, state: State) -> State:
+        """Drop leading positions no row can see any more; apply max_len."""
+        valid = state["valid"]
+        keep_from = 0
+        if valid.shape[1]:
+            any_valid = valid.any(dim=0)
+            keep_from = int(any_valid.float().argmax()) if bool(any_valid.any()) else valid.shape[1]
+        if self.cfg.max_len is not None:
+            keep_from = max(keep_from, valid.shape[1] - self.cfg.max_len)
+        if keep_from == 0:
+            return state
+        return {"k": state["k"][:, :, keep_from:], "v": state["v"][:, :, keep_from:], "valid": valid[:, keep_from:]}

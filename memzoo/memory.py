@@ -1,0 +1,199 @@
+"""The plugin interface: what a memory is to the backbone.
+
+Two kinds, covering the six methods:
+
+* `LayerMemory` (one instance per layer; Infini, XL, Compressive, Memorizing, ∞-former, and the
+  baselines). The layer hands it the segment's queries, keys and values (no positional encoding)
+  and its normed hidden states, for S consecutive segments at once, plus a `LocalAttention` that
+  applies RoPE and takes an optional prefix of extra keys/values. The memory returns the heads'
+  outputs (before W_O), its new state and an auxiliary loss. Whether it prepends keys/values (XL),
+  mixes a separate readout through a gate (Infini, Memorizing) or adds one (∞-former) is its own
+  business.
+* `ModelMemory` (one per model; RMT). It wraps each segment's embeddings before the layers and
+  reads its next state from the last layer's outputs.
+
+State is a flat `dict[str, Tensor]` whose tensors all have the batch row as dim 0, so that reset
+per row, detaching, checkpointing and measuring are generic. Only floating-point tensors count
+as memory numbers; masks, pointers and counters are bool/int bookkeeping.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+import torch
+from torch import Tensor, nn
+
+from memzoo.attention import LocalAttention
+from memzoo.config import ModelConfig
+
+State = dict[str, Tensor]
+
+
+@dataclass
+class LayerInputs:
+    """One layer's view of S consecutive segments of a batch."""
+
+    h: Tensor  # [B, S, N, d_model] normed layer input (what XL-style memories cache)
+    q: Tensor  # [B, S, H, N, D] queries, no positional encoding
+    k: Tensor  # [B, S, H, N, D] keys, no positional encoding
+    v: Tensor  # [B, S, H, N, D] values
+    reset: Tensor  # [B, S] bool: this row starts a new document at this segment (fresh state first)
+    attend: LocalAttention
+
+    def segment(self, s: int) -> "SegmentInputs":
+        return SegmentInputs(self.h[:, s], self.q[:, s], self.k[:, s], self.v[:, s], self.attend)
+
+
+@dataclass
+class SegmentInputs:
+    h: Tensor  # [B, N, d_model]
+    q: Tensor  # [B, H, N, D]
+    k: Tensor  # [B, H, N, D]
+    v: Tensor  # [B, H, N, D]
+    attend: LocalAttention
+
+
+def zero_loss(ref: Tensor) -> Tensor:
+    return ref.new_zeros((), dtype=torch.float32)
+
+
+def where_rows(rows: Tensor, fresh: State, state: State) -> State:
+    """Take `fresh` for the rows marked in `rows` [B], `state` elsewhere (shapes must agree)."""
+    out: State = {}
+    for key, value in state.items():
+        mask = rows.view(-1, *([1] * (value.dim() - 1)))
+        out[key] = torch.where(mask, fresh[key].to(value.dtype), value)
+    return out
+
+
+class _Memory(nn.Module):
+    """What both kinds share: config, state life cycle, footprint."""
+
+    # Set by the registry decorator.
+    name: ClassVar[str] = ""
+    # Does gradient flow through the carried state (BPTT), or is it stopped by design (XL caches)?
+    gradient_through_state: ClassVar[bool] = True
+    # Does the method carry anything across segments at all? (False only for the `local` control.)
+    has_memory: ClassVar[bool] = True
+    # Parameters whose optimiser settings differ: {parameter-name suffix: {"lr_mult": x, "weight_decay": y}}.
+    optim_overrides: dict[str, dict[str, float]]
+
+    def __init__(self, cfg: Any, model: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model_cfg = model
+        self.optim_overrides = {}
+
+    def initial_state(self, batch_size: int, device: torch.device) -> State:
+        """A fresh state for `batch_size` rows (what a document starts from)."""
+        return {}
+
+    def reset_rows(self, state: State, rows: Tensor) -> State:
+        """Fresh state for the rows marked in `rows` [B] (a document boundary), unchanged elsewhere."""
+        if not state or not bool(rows.any()):
+            return state
+        batch = rows.shape[0]
+        return where_rows(rows, self.initial_state(batch, rows.device), state)
+
+    @classmethod
+    def footprint(cls, cfg: Any, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
+        """Analytic numbers held per sequence after `tokens_seen` tokens of one document.
+
+        Returns {"total": n, ...parts}; the card's formula states the paper's count, which a test
+        holds against "total" (or against the part the card names).
+        """
+        raise NotImplementedError
+
+
+class LayerMemory(_Memory):
+    """A memory that lives inside one attention layer."""
+
+    def __init__(self, cfg: Any, model: ModelConfig, layer_index: int):
+        super().__init__(cfg, model)
+        self.layer_index = layer_index
+
+    @classmethod
+    def for_layer(cls, cfg: Any, model: ModelConfig, layer_index: int) -> "LayerMemory":
+        """The memory module for one layer (a method may use different ones per layer)."""
+        return cls(cfg, model, layer_index)
+
+    def forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
+        """Run S segments in order. Returns (heads [B, S, H, N, D], state after the last, aux loss).
+
+        The default loops over segments, resetting rows at document starts; methods that can
+        vectorise across segments override it (and keep `segment` as the readable form).
+        """
+        outs, aux = [], zero_loss(x.q)
+        for s in range(x.q.shape[1]):
+            state = self.reset_rows(state, x.reset[:, s])
+            out, state, seg_aux = self.segment(x.segment(s), state)
+            outs.append(out)
+            aux = aux + seg_aux
+        return torch.stack(outs, dim=1), state, aux
+
+    def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
+        """One segment: read from state_{s-1}, combine with local attention, write state_s."""
+        raise NotImplementedError
+
+
+class ModelMemory(_Memory):
+    """A memory at the model's input and output (RMT): tokens around each segment."""
+
+    def enter(self, x: Tensor, state: State) -> tuple[Tensor, Tensor]:
+        """Wrap the segment's embeddings x [B, N, d_model]: returns (x' [B, N', d_model], token_mask [N'])
+
+        where token_mask marks the positions that carry the segment's own tokens (in order).
+        """
+        raise NotImplementedError
+
+    def leave(self, h: Tensor, state: State) -> State:
+        """The next state from the last layer's outputs h [B, N', d_model] (after the final norm)."""
+        raise NotImplementedError
+
+
+class NoMemory(LayerMemory):
+    """Local causal attention within the segment and nothing else: the floor of every comparison.
+
+    Also the layer used by model-level memories (RMT) and by layers a method leaves alone.
+    """
+
+    has_memory = False
+
+    def forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
+        b, s, h, n, d = x.q.shape
+        flat = lambda t: t.reshape(b * s, h, n, d)  # noqa: E731  segments are independent
+        out = x.attend(flat(x.q), flat(x.k), flat(x.v)).view(b, s, h, n, d)
+        return out, state, zero_loss(x.q)
+
+    @classmethod
+    def footprint(cls, cfg: Any, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
+        return {"total": 0}
+
+
+def state_numbers(states: list[State], batch_size: int) -> int:
+    """Measured: floating-point numbers held per sequence across the given states."""
+    total = 0
+    for state in states:
+        for value in state.values():
+            if value.is_floating_point():
+                total += value.numel()
+    return total // max(batch_size, 1)
+
+
+def state_bytes(states: list[State], batch_size: int) -> int:
+    """Measured: bytes of every tensor in the states, per sequence (bookkeeping included)."""
+    total = sum(v.numel() * v.element_size() for state in states for v in state.values())
+    return total // max(batch_size, 1)
+
+
+def map_state(state: State, fn) -> State:
+    return {k: fn(v) for k, v in state.items()}
+
+
+@dataclass
+class MemoryParts:
+    """What a built model holds for its method: one memory per layer and an optional model memory."""
+
+    layers: list[LayerMemory]
+    model: Optional[ModelMemory]

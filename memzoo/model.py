@@ -1,0 +1,211 @@
+"""The segment-recurrent backbone: a pre-norm decoder whose attention layers hold a memory plugin.
+
+A model is one function `(segments, state) -> (logits, state)`. It takes S >= 1 consecutive
+segments of N tokens at once ([B, S, N]); streaming feeds S = 1 at a time, training feeds one
+truncated-BPTT block at a time. Layer-level memories run layer-major (each layer sees all S
+segments, so a plugin may vectorise across them); a model-level memory (tokens around each
+segment) needs the previous segment's top layer, so the model then runs segment-major.
+The backbone knows no method by name.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from memzoo.attention import LocalAttention
+from memzoo.config import ModelConfig
+from memzoo.memory import LayerInputs, LayerMemory, ModelMemory, State, map_state, zero_loss
+from memzoo.plugins import build_memory, get_memory
+
+
+@dataclass
+class ModelState:
+    """Everything carried from one call to the next: one state per layer and the model memory's."""
+
+    layers: list[State]
+    model: State
+
+    def all(self) -> list[State]:
+        return [*self.layers, self.model]
+
+    def detach(self) -> "ModelState":
+        """Cut the gradient here (the truncated-BPTT horizon)."""
+        return ModelState([map_state(s, Tensor.detach) for s in self.layers], map_state(self.model, Tensor.detach))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layers": self.layers, "model": self.model}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "ModelState":
+        return ModelState(list(d["layers"]), dict(d["model"]))
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor  # [B, S, N, vocab]
+    state: ModelState
+    aux_loss: Tensor  # scalar: sum of the memories' auxiliary losses (0 for most methods)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        hidden = int(cfg.mlp_ratio * cfg.d_model)
+        self.up = nn.Linear(cfg.d_model, hidden, bias=False)
+        self.down = nn.Linear(hidden, cfg.d_model, bias=False)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.down(F.gelu(self.up(x))))
+
+
+class MemoryAttention(nn.Module):
+    """Multi-head attention whose mixing of local attention and memory is the plugin's."""
+
+    def __init__(self, cfg: ModelConfig, memory: LayerMemory, attend: LocalAttention):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)  # W_O
+        self.memory = memory
+        self.attend = attend
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, h: Tensor, reset: Tensor, state: State) -> tuple[Tensor, State, Tensor]:
+        """h: [B, S, N, d_model] (normed). Returns ([B, S, N, d_model], state, aux)."""
+        # Heads are split with a transpose (never a bare view, which mixes positions into heads).
+        q, k, v = rearrange(self.qkv(h), "b s n (three h d) -> three b s h n d", three=3, h=self.n_heads)
+        heads, state, aux = self.memory(LayerInputs(h, q, k, v, reset, self.attend), state)  # [B, S, H, N, D]
+        return self.drop(self.proj(rearrange(heads, "b s h n d -> b s n (h d)"))), state, aux
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, memory: LayerMemory, attend: LocalAttention):
+        super().__init__()
+        self.norm_attn = nn.LayerNorm(cfg.d_model)
+        self.attn = MemoryAttention(cfg, memory, attend)
+        self.norm_mlp = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: Tensor, reset: Tensor, state: State) -> tuple[Tensor, State, Tensor]:
+        y, state, aux = self.attn(self.norm_attn(x), reset, state)
+        x = x + y
+        return x + self.mlp(self.norm_mlp(x)), state, aux
+
+
+class MemoryModel(nn.Module):
+    """Byte-level language model on the segment-recurrent backbone with one memory method."""
+
+    def __init__(self, cfg: ModelConfig, method: str, memory_cfg: Any):
+        super().__init__()
+        self.cfg = cfg
+        self.method = method
+        self.memory_cfg = memory_cfg
+        self.spec = get_memory(method)
+        parts = build_memory(method, memory_cfg, cfg)
+        attend = LocalAttention(cfg.rope_base, cfg.attention_backend)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg, mem, attend) for mem in parts.layers)
+        self.model_memory: Optional[ModelMemory] = parts.model
+        self.norm_out = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head.weight = self.embed.weight  # tied
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        resid_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
+        for name, module in self.named_modules():
+            if ".memory" in name or name.startswith("model_memory"):
+                continue  # plugins initialise their own parameters
+            if isinstance(module, nn.Linear):
+                std = resid_std if name.endswith(("proj", "down")) else 0.02
+                nn.init.normal_(module.weight, 0.0, std)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, 0.02)
+
+    @property
+    def memories(self) -> list[LayerMemory]:
+        return [b.attn.memory for b in self.blocks]
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> ModelState:
+        device = torch.device(device) if device is not None else self.embed.weight.device
+        layers = [m.initial_state(batch_size, device) for m in self.memories]
+        model = self.model_memory.initial_state(batch_size, device) if self.model_memory else {}
+        return ModelState(layers, model)
+
+    def forward(self, tokens: Tensor, state: Optional[ModelState] = None, reset: Optional[Tensor] = None) -> ModelOutput:
+        """tokens: [B, S, N] (or [B, N] for one segment); reset: [B, S] bool, document starts.
+
+        Every segment but the last must be full (N = segment_len); the last may be shorter.
+        """
+        if tokens.dim() == 2:
+            tokens = tokens[:, None]
+        b, s, n = tokens.shape
+        if n > self.cfg.segment_len:
+            raise ValueError(f"segments of {n} tokens exceed model.segment_len={self.cfg.segment_len}")
+        state = state if state is not None else self.initial_state(b, tokens.device)
+        reset = reset if reset is not None else torch.zeros(b, s, dtype=torch.bool, device=tokens.device)
+        if self.model_memory is None:
+            return self._layer_major(tokens, state, reset)
+        return self._segment_major(tokens, state, reset)
+
+    def _run_blocks(self, x: Tensor, reset: Tensor, layer_states: list[State]) -> tuple[Tensor, list[State], Tensor]:
+        aux = zero_loss(x)
+        new_states = []
+        for block, st in zip(self.blocks, layer_states):
+            if self.cfg.checkpoint_activations and self.training:
+                x, st, a = checkpoint(block, x, reset, st, use_reentrant=False)
+            else:
+                x, st, a = block(x, reset, st)
+            new_states.append(st)
+            aux = aux + a
+        return x, new_states, aux
+
+    def _layer_major(self, tokens: Tensor, state: ModelState, reset: Tensor) -> ModelOutput:
+        x = self.embed(tokens)  # [B, S, N, d_model]
+        x, layers, aux = self._run_blocks(x, reset, state.layers)
+        logits = self.head(self.norm_out(x))  # [B, S, N, V]
+        return ModelOutput(logits, ModelState(layers, state.model), aux)
+
+    def _segment_major(self, tokens: Tensor, state: ModelState, reset: Tensor) -> ModelOutput:
+        assert self.model_memory is not None
+        logits, aux = [], zero_loss(self.embed.weight)
+        layers, mem = state.layers, state.model
+        for s in range(tokens.shape[1]):
+            mem = self.model_memory.reset_rows(mem, reset[:, s])
+            x, token_mask = self.model_memory.enter(self.embed(tokens[:, s]), mem)  # [B, N', d_model]
+            x, layers, a = self._run_blocks(x[:, None], reset[:, s : s + 1], layers)
+            h = self.norm_out(x[:, 0])  # [B, N', d_model]
+            mem = self.model_memory.leave(h, mem)
+            logits.append(self.head(h[:, token_mask]))
+            aux = aux + a
+        return ModelOutput(torch.stack(logits, dim=1), ModelState(layers, mem), aux)
+
+    def optim_groups(self, weight_decay: float, lr: float) -> list[dict[str, Any]]:
+        """AdamW groups: decay on matrices, none on norms/biases/embeddings' 1-d params, and the
+        memory plugins' own overrides (e.g. the Infini gate's learning-rate multiplier and decay)."""
+        overrides: dict[str, dict[str, float]] = {}
+        for mname, module in self.named_modules():
+            for suffix, opt in getattr(module, "optim_overrides", {}).items():
+                overrides[f"{mname}.{suffix}" if mname else suffix] = opt
+        groups: dict[tuple[float, float], list[Tensor]] = {}
+        for pname, p in self.named_parameters():
+            if not p.requires_grad:
+                continue
+            opt = overrides.get(pname, {})
+            wd = opt.get("weight_decay", weight_decay if p.dim() >= 2 else 0.0)
+            mult = opt.get("lr_mult", 1.0)
+            groups.setdefault((wd, mult), []).append(p)
+        return [
+            {"params": ps, "weight_decay": wd, "lr_mult": mult, "lr": lr * mult} for (wd, mult), ps in groups.items()
+        ]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
