@@ -19,7 +19,7 @@ as memory numbers; masks, pointers and counters are bool/int bookkeeping.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 from torch import Tensor, nn
@@ -40,9 +40,12 @@ class LayerInputs:
     v: Tensor  # [B, S, H, N, D] values
     reset: Tensor  # [B, S] bool: this row starts a new document at this segment (fresh state first)
     attend: LocalAttention
+    # The layer's own key/value projection, for memories that cache hidden states and recompute
+    # keys/values with the current weights (original XL, Compressive): [B, M, d_model] -> 2 x [B, H, M, D].
+    project_kv: Callable[[Tensor], tuple[Tensor, Tensor]]
 
     def segment(self, s: int) -> "SegmentInputs":
-        return SegmentInputs(self.h[:, s], self.q[:, s], self.k[:, s], self.v[:, s], self.attend)
+        return SegmentInputs(self.h[:, s], self.q[:, s], self.k[:, s], self.v[:, s], self.attend, self.project_kv)
 
 
 @dataclass
@@ -52,6 +55,7 @@ class SegmentInputs:
     k: Tensor  # [B, H, N, D]
     v: Tensor  # [B, H, N, D]
     attend: LocalAttention
+    project_kv: Callable[[Tensor], tuple[Tensor, Tensor]]
 
 
 def zero_loss(ref: Tensor) -> Tensor:
@@ -100,8 +104,10 @@ class _Memory(nn.Module):
     def footprint(cls, cfg: Any, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
         """Analytic numbers held per sequence after `tokens_seen` tokens of one document.
 
-        Returns {"total": n, ...parts}; the card's formula states the paper's count, which a test
-        holds against "total" (or against the part the card names).
+        Returns {"total": n, ...named parts}. "total" must equal what a real state holds (the
+        measured count). When the paper's Table-1 count differs from the carried state (RMT counts
+        read/write activations in every layer; Memorizing adds XL caches), also return it as
+        "table1": the card's formula is held against "table1" if present, else "total".
         """
         raise NotImplementedError
 

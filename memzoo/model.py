@@ -82,8 +82,17 @@ class MemoryAttention(nn.Module):
         """h: [B, S, N, d_model] (normed). Returns ([B, S, N, d_model], state, aux)."""
         # Heads are split with a transpose (never a bare view, which mixes positions into heads).
         q, k, v = rearrange(self.qkv(h), "b s n (three h d) -> three b s h n d", three=3, h=self.n_heads)
-        heads, state, aux = self.memory(LayerInputs(h, q, k, v, reset, self.attend), state)  # [B, S, H, N, D]
+        inputs = LayerInputs(h, q, k, v, reset, self.attend, self.project_kv)
+        heads, state, aux = self.memory(inputs, state)  # [B, S, H, N, D]
         return self.drop(self.proj(rearrange(heads, "b s h n d -> b s n (h d)"))), state, aux
+
+
+    def project_kv(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of hidden states h [B, M, d_model] with this layer's weights: 2 x [B, H, M, D]."""
+        d = h.shape[-1]
+        kv = F.linear(h, self.qkv.weight[d:])  # rows d: are W_K then W_V
+        k, v = rearrange(kv, "b m (two h d) -> two b h m d", two=2, h=self.n_heads)
+        return k, v
 
 
 class Block(nn.Module):

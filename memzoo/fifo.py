@@ -1,0 +1,48 @@
+"""A fixed-capacity FIFO of per-row slots, shared by the cache-style memories (XL, Compressive,
+Memorizing). Buffers are laid out [B, C, ...] (slot axis 1, oldest first) with a `valid` mask
+[B, C], so empty slots are masked rather than attended as zeros, and a reset row just clears its
+mask. Slot i of a full, time-contiguous buffer holds the position i - C relative to the segment
+that follows it.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from memzoo.memory import State
+
+
+def fifo_init(batch_size: int, capacity: int, shapes: dict[str, tuple[int, ...]], device: torch.device,
+              dtype: torch.dtype = torch.float32) -> State:
+    """Empty buffers {name: [B, C, *shape]} plus `valid` [B, C] (all False)."""
+    state = {name: torch.zeros(batch_size, capacity, *shape, device=device, dtype=dtype) for name, shape in shapes.items()}
+    state["valid"] = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
+    return state
+
+
+def fifo_reset(state: State, rows: Tensor) -> State:
+    """Clear the rows marked in `rows` [B] (their slots become invalid)."""
+    return {**state, "valid": state["valid"] & ~rows[:, None]}
+
+
+def fifo_push(state: State, new: dict[str, Tensor], new_valid: Tensor | None = None) -> tuple[State, State]:
+    """Append n new slots per row ({name: [B, n, ...]}), keep the newest C.
+
+    Returns (state, evicted) where evicted holds the slots pushed out, oldest first, with their
+    own `valid` mask (for compression into a second memory).
+    """
+    capacity = state["valid"].shape[1]
+    n = next(iter(new.values())).shape[1]
+    if new_valid is None:
+        new_valid = torch.ones(state["valid"].shape[0], n, dtype=torch.bool, device=state["valid"].device)
+    joined = {name: torch.cat((state[name], new[name].to(state[name].dtype)), dim=1) for name in new}
+    joined["valid"] = torch.cat((state["valid"], new_valid), dim=1)
+    cut = joined["valid"].shape[1] - capacity
+    kept = {name: t[:, cut:] for name, t in joined.items()}
+    evicted = {name: t[:, :cut] for name, t in joined.items()}
+    return kept, evicted
+
+
+def slot_positions(capacity: int, device: torch.device, spacing: int = 1, offset: int = 0) -> Tensor:
+    """Positions of C time-contiguous slots relative to the next segment's first token: [C]."""
+    return (torch.arange(capacity, device=device) - capacity) * spacing - offset
