@@ -76,8 +76,8 @@ def formula_symbols(model: ModelConfig, memory_cfg: Any, input_len: int, card: O
     symbols: dict[str, Any] = dict(card.defaults) if card else {}
     symbols.update({f.name: getattr(model, f.name) for f in dataclasses.fields(model)})
     symbols.update(d_head=model.d_head, d_key=model.d_head, d_value=model.d_head, input_len=input_len)
-    if memory_cfg is not None and dataclasses.is_dataclass(memory_cfg):
-        symbols.update({k: v for k, v in dataclasses.asdict(memory_cfg).items() if isinstance(v, (int, float))})
+    options = dataclasses.asdict(memory_cfg) if dataclasses.is_dataclass(memory_cfg) else dict(memory_cfg or {})
+    symbols.update({k: v for k, v in options.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return symbols
 
 

@@ -1,0 +1,136 @@
+"""The `memzoo` command: train, eval, list, footprint."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+from memzoo.config import ConfigError
+
+
+def _print_table(rows: list[dict], columns: list[str]) -> None:
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for r in rows:
+        print("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from memzoo.catalog import catalogue
+
+    rows = catalogue()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    for r in rows:
+        r["implemented"] = "yes" if r["implemented"] else "no"
+    _print_table(rows, ["name", "implemented", "family", "footprint_formula", "effective_context"])
+    print()
+    for r in rows:
+        print(f"{r['name']}: {r['paper']}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from memzoo.config import load_config
+    from memzoo.train import train
+
+    cfg = load_config(args.config, args.overrides)
+    run_dir = train(cfg, resume=not args.restart)
+    result = json.loads((run_dir / "result.json").read_text())
+    print(f"run folder: {run_dir}")
+    _print_summary(result)
+    return 0
+
+
+def _print_summary(result: dict) -> None:
+    keys = ["method", "params", "footprint_analytic", "footprint_measured", "valid_bpb", "test_bpb", "tokens_per_s",
+            "train_tokens_per_s", "peak_rss_mb"]
+    for k in keys:
+        if k in result and result[k] is not None:
+            v = result[k]
+            print(f"  {k:20s} {v:.4f}" if isinstance(v, float) else f"  {k:20s} {v}")
+    if result.get("bpb_by_segment"):
+        print("  bpb by segment index: " + " ".join(f"{x:.3f}" for x in result["bpb_by_segment"]))
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from memzoo.evaluate import evaluate_run, write_result
+    from memzoo.train import load_run
+
+    cfg, model = load_run(args.run_dir)
+    res = evaluate_run(cfg, model, split=args.split)
+    row = write_result(Path(args.run_dir), cfg, model, res)
+    if args.json:
+        print(json.dumps(row, indent=1))
+    else:
+        _print_summary(row)
+    return 0
+
+
+def cmd_footprint(args: argparse.Namespace) -> int:
+    from memzoo.config import load_config
+    from memzoo.evaluate import footprint_table
+
+    cfg = load_config(args.config, args.overrides)
+    rows = footprint_table(cfg, measure=not args.no_measure)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    for r in rows:
+        for k in ("analytic", "card", "measured"):
+            if isinstance(r.get(k), int):
+                r[k] = f"{r[k]:,}"
+        r["compression"] = f"{r['compression']}x" if r.get("compression") else ""
+    _print_table(rows, ["method", "analytic", "card", "measured", "compression", "footprint_formula"])
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memzoo", description="A zoo of memory-augmented transformers on one backbone.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="the catalogue of methods")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_list)
+
+    s = sub.add_parser("train", help="train and evaluate one run: memzoo train CONFIG [key=value ...]")
+    s.add_argument("config", help="a YAML file or a shipped preset name (e.g. infini-linear)")
+    s.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=100")
+    s.add_argument("--restart", action="store_true", help="ignore an existing checkpoint in the run folder")
+    s.set_defaults(fn=cmd_train)
+
+    s = sub.add_parser("eval", help="evaluate a run folder")
+    s.add_argument("run_dir")
+    s.add_argument("--split", default=None, choices=["train", "valid", "test"])
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser("footprint", help="state size per method: analytic, card formula, measured")
+    s.add_argument("config")
+    s.add_argument("overrides", nargs="*")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--no-measure", action="store_true", help="skip building models to measure real states")
+    s.set_defaults(fn=cmd_footprint)
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from memzoo.plugins import UnknownMethodError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ConfigError, UnknownMethodError, FileNotFoundError) as err:
+        msg = str(err).splitlines()[0]
+        print(f"memzoo: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("memzoo: interrupted; the run folder keeps its last checkpoint (run the same command to resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Byte-level documents and the batches the segment-recurrent model consumes.
+
+The embedded default corpus is the running interpreter's standard-library source (`*.py` under
+`sysconfig.get_paths()["stdlib"]`, site-packages excluded): real, long documents on every machine,
+one document per file, split deterministically by path. Local files, folders and globs work too.
+
+Documents are cut into segments of N bytes; a document's last segment is padded (masked), so a
+document boundary always falls at a segment start and is carried as a per-row `reset` flag.
+"""
+from __future__ import annotations
+
+import glob
+import sysconfig
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import torch
+from torch import Tensor
+
+from memzoo.config import DataConfig
+
+
+@dataclass
+class Document:
+    name: str
+    data: bytes
+
+
+@dataclass
+class Batch:
+    tokens: Tensor  # [B, S, N] int64 input bytes
+    targets: Tensor  # [B, S, N] int64 next bytes
+    mask: Tensor  # [B, S, N] bool: position has a real target
+    reset: Tensor  # [B, S] bool: row starts a new document at this segment
+    seg_index: Tensor  # [B, S] int64: segment index within its document (-1 for empty rows)
+
+    def to(self, device: torch.device) -> "Batch":
+        return Batch(*(t.to(device) for t in (self.tokens, self.targets, self.mask, self.reset, self.seg_index)))
+
+    def segments(self, start: int, stop: int) -> "Batch":
+        return Batch(
+            self.tokens[:, start:stop], self.targets[:, start:stop], self.mask[:, start:stop],
+            self.reset[:, start:stop], self.seg_index[:, start:stop],
+        )
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _read_paths(paths: list[Path], root: Optional[Path]) -> list[Document]:
+    docs = []
+    for p in sorted(paths):
+        name = str(p.relative_to(root)) if root is not None and p.is_relative_to(root) else str(p)
+        docs.append(Document(name, p.read_bytes()))
+    return docs
+
+
+def load_documents(cfg: DataConfig) -> list[Document]:
+    """All documents of the source, sorted by name (split happens afterwards)."""
+    source = cfg.source
+    if source == "stdlib":
+        root = stdlib_root()
+        paths = [p for p in root.rglob("*.py") if "site-packages" not in p.parts and "__pycache__" not in p.parts]
+        docs = _read_paths(paths, root)
+    else:
+        path = Path(source).expanduser()
+        if path.is_file():
+            docs = _read_paths([path], path.parent)
+        elif path.is_dir():
+            docs = _read_paths([p for p in path.rglob("*") if p.is_file()], path)
+        else:
+            matches = [Path(m) for m in glob.glob(str(path), recursive=True) if Path(m).is_file()]
+            if not matches:
+                raise FileNotFoundError(f"data.source={source!r} is not 'stdlib', a file, a folder, or a glob matching files")
+            docs = _read_paths(matches, None)
+    docs = [d for d in docs if len(d.data) >= cfg.min_doc_bytes]
+    if cfg.max_docs is not None:
+        docs = docs[: cfg.max_docs]
+    if not docs:
+        raise ValueError(f"data.source={source!r} gave no document of at least {cfg.min_doc_bytes} bytes")
+    return docs
+
+
+def split_of(name: str, valid_fraction: float, test_fraction: float) -> str:
+    """Deterministic split by a hash of the document's name (stable across machines and runs)."""
+    u = (zlib.crc32(name.encode("utf-8")) % 10_000) / 10_000
+    if u < test_fraction:
+        return "test"
+    if u < test_fraction + valid_fraction:
+        return "valid"
+    return "train"
+
+
+def split_documents(docs: list[Document], cfg: DataConfig) -> dict[str, list[Document]]:
+    out: dict[str, list[Document]] = {"train": [], "valid": [], "test": []}
+    for d in docs:
+        out[split_of(d.name, cfg.valid_fraction, cfg.test_fraction)].append(d)
+    if len(docs) > 1 and not out["train"]:
+        raise ValueError("no training documents after the split; lower data.valid_fraction/test_fraction")
+    if len(docs) == 1:  # a single file: its own train/valid/test by halves is more useful than nothing
+        data = docs[0].data
+        cut1, cut2 = int(len(data) * 0.9), int(len(data) * 0.95)
+        out = {
+            "train": [Document(docs[0].name, data[:cut1])],
+            "valid": [Document(docs[0].name + "#valid", data[cut1:cut2])],
+            "test": [Document(docs[0].name + "#test", data[cut2:])],
+        }
+    return out
+
+
+def num_segments(doc_len: int, n: int) -> int:
+    """Segments needed to predict every byte after the first."""
+    return max(0, -(-(doc_len - 1) // n))
+
+
+def _fill_segment(row: dict[str, Tensor], b: int, s: int, data: Tensor, j: int, n: int) -> None:
+    """Write segment j of a document (bytes `data`) into row b, slot s."""
+    start = j * n
+    chunk = data[start : start + n + 1]
+    m = chunk.numel() - 1
+    row["tokens"][b, s, :m] = chunk[:-1]
+    row["targets"][b, s, :m] = chunk[1:]
+    row["mask"][b, s, :m] = True
+
+
+def _empty(batch_size: int, s: int, n: int) -> dict[str, Tensor]:
+    return {
+        "tokens": torch.zeros(batch_size, s, n, dtype=torch.long),
+        "targets": torch.zeros(batch_size, s, n, dtype=torch.long),
+        "mask": torch.zeros(batch_size, s, n, dtype=torch.bool),
+        "reset": torch.zeros(batch_size, s, dtype=torch.bool),
+        "seg_index": torch.full((batch_size, s), -1, dtype=torch.long),
+    }
+
+
+class WindowSampler:
+    """Training windows of S segments per row, deterministic in (seed, step) so resuming is exact.
+
+    Each row starts at a random segment of a random document (chosen in proportion to its
+    segments) with a fresh state; when the document ends, the row continues with the next random
+    document from its first segment, with a reset flag.
+    """
+
+    def __init__(self, docs: list[Document], segment_len: int, seed: int):
+        self.n = segment_len
+        self.seed = seed
+        self.docs = [torch.frombuffer(bytearray(d.data), dtype=torch.uint8).long() for d in docs]
+        self.nseg = torch.tensor([num_segments(len(d.data), segment_len) for d in docs], dtype=torch.float64)
+        if float(self.nseg.sum()) == 0:
+            raise ValueError(f"no training document is longer than one byte at segment_len={segment_len}")
+
+    def sample(self, step: int, batch_size: int, window_segments: int) -> Batch:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        out = _empty(batch_size, window_segments, self.n)
+        for b in range(batch_size):
+            doc = int(torch.multinomial(self.nseg, 1, generator=gen))
+            j = int(torch.randint(int(self.nseg[doc]), (1,), generator=gen))
+            out["reset"][b, 0] = True
+            for s in range(window_segments):
+                if j >= self.nseg[doc]:
+                    doc, j = int(torch.multinomial(self.nseg, 1, generator=gen)), 0
+                    out["reset"][b, s] = True
+                _fill_segment(out, b, s, self.docs[doc], j, self.n)
+                out["seg_index"][b, s] = j
+                j += 1
+        return Batch(**out)
+
+
+def stream_documents(docs: list[Document], batch_size: int, segment_len: int,
+                     max_segments_per_doc: Optional[int] = None) -> Iterator[Batch]:
+    """Whole documents from their first byte, one segment per step ([B, 1, N]), packed into rows.
+
+    A row moves to its next document (reset flag) when one ends; rows with nothing left are fully
+    masked. Used by evaluation and streaming: the state carries across steps.
+    """
+    queue = list(range(len(docs)))
+    tensors = [torch.frombuffer(bytearray(d.data), dtype=torch.uint8).long() for d in docs]
+    limits = [num_segments(len(d.data), segment_len) for d in docs]
+    if max_segments_per_doc is not None:
+        limits = [min(x, max_segments_per_doc) for x in limits]
+    current: list[Optional[int]] = [None] * batch_size
+    position = [0] * batch_size
+    while True:
+        out = _empty(batch_size, 1, segment_len)
+        active = False
+        for b in range(batch_size):
+            if current[b] is None or position[b] >= limits[current[b]]:
+                current[b] = None
+                while queue:
+                    d = queue.pop(0)
+                    if limits[d] > 0:
+                        current[b], position[b] = d, 0
+                        out["reset"][b, 0] = True
+                        break
+            if current[b] is None:
+                continue
+            active = True
+            _fill_segment(out, b, 0, tensors[current[b]], position[b], segment_len)
+            out["seg_index"][b, 0] = position[b]
+            position[b] += 1
+        if not active:
+            return
+        yield Batch(**out)

@@ -1,0 +1,190 @@
+"""Evaluation: stream whole documents segment by segment through the state API and report bits
+per byte overall and by segment index within the document (does memory help later segments?),
+tokens per second and peak memory; plus the footprint of the state (analytic and measured).
+"""
+from __future__ import annotations
+
+import json
+import resource
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from memzoo.catalog import card_footprint, get_card
+from memzoo.config import memory_config, model_config
+from memzoo.data import load_documents, split_documents, stream_documents
+from memzoo.memory import state_bytes, state_numbers
+from memzoo.model import MemoryModel
+from memzoo.train import LN2, autocast_context, token_nll
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+@torch.no_grad()
+def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments_per_doc: Optional[int],
+                   precision: str = "fp32", progress: bool = True, desc: str = "eval") -> dict[str, Any]:
+    """Bits per byte of `docs` streamed from their first byte, one segment per call."""
+    model.eval()
+    device = next(model.parameters()).device
+    n = model.cfg.segment_len
+    max_seg = max_segments_per_doc or 10**9
+    nll_by_seg = torch.zeros(max_seg if max_segments_per_doc else 1024, dtype=torch.float64)
+    cnt_by_seg = torch.zeros_like(nll_by_seg)
+    state = model.initial_state(batch_size, device)
+    total_steps = sum(min(max_seg, -(-(len(d.data) - 1) // n)) for d in docs) // batch_size + 1
+    start, tokens = time.perf_counter(), 0
+    for batch in tqdm(stream_documents(docs, batch_size, n, max_segments_per_doc), total=total_steps,
+                      desc=desc, disable=not progress, dynamic_ncols=True):
+        batch = batch.to(device)
+        with autocast_context(precision, device):
+            out = model(batch.tokens, state, batch.reset)
+        state = out.state
+        nll = (token_nll(out.logits, batch.targets) * batch.mask).sum(dim=(1, 2)).double().cpu()  # [B]
+        count = batch.mask.sum(dim=(1, 2)).double().cpu()
+        seg = batch.seg_index[:, 0].cpu()
+        ok = seg >= 0
+        if ok.any() and int(seg[ok].max()) >= nll_by_seg.numel():
+            grow = int(seg[ok].max()) + 1 - nll_by_seg.numel()
+            nll_by_seg = torch.cat((nll_by_seg, torch.zeros(grow, dtype=torch.float64)))
+            cnt_by_seg = torch.cat((cnt_by_seg, torch.zeros(grow, dtype=torch.float64)))
+        nll_by_seg.index_add_(0, seg[ok], nll[ok])
+        cnt_by_seg.index_add_(0, seg[ok], count[ok])
+        tokens += int(count.sum())
+    elapsed = time.perf_counter() - start
+    used = cnt_by_seg > 0
+    by_seg = (nll_by_seg[used] / cnt_by_seg[used] / LN2).tolist()
+    return {
+        "bpb": float(nll_by_seg.sum() / cnt_by_seg.sum().clamp(min=1) / LN2),
+        "bpb_by_segment": by_seg,
+        "tokens_by_segment": cnt_by_seg[used].long().tolist(),
+        "tokens": tokens,
+        "tokens_per_s": tokens / max(elapsed, 1e-9),
+        "seconds": elapsed,
+        "peak_rss_mb": peak_rss_mb(),
+        "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None,
+        "state_bytes_per_row": state_bytes(state.all(), batch_size),
+    }
+
+
+def split_docs(cfg: DictConfig, split: str) -> list:
+    docs = split_documents(load_documents(cfg.data), cfg.data)[split]
+    return docs[: cfg.eval.max_docs] if cfg.eval.max_docs else docs
+
+
+def evaluate_run(cfg: DictConfig, model: MemoryModel, split: Optional[str] = None, progress: bool = True) -> dict[str, Any]:
+    split = split or cfg.eval.split
+    docs = split_docs(cfg, split)
+    res = evaluate_model(model, docs, cfg.eval.batch_size, cfg.eval.max_segments_per_doc, cfg.train.precision,
+                         progress, desc=f"eval {cfg.name} ({split})")
+    res["split"] = split
+    res["docs"] = len(docs)
+    return res
+
+
+@torch.no_grad()
+def measure_footprint(model: MemoryModel, segments: int = 1, batch_size: int = 1) -> int:
+    """Numbers a real state holds per sequence after `segments` full segments of one document."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, model.cfg.vocab_size, (batch_size, segments, model.cfg.segment_len), generator=gen)
+    state = model(tokens.to(device)).state
+    model.train(was_training)
+    return state_numbers(state.all(), batch_size)
+
+
+def footprint_row(cfg: DictConfig, method: str, options: Any, measure: bool = True) -> dict[str, Any]:
+    """One method at this config: plugin analytic, card formula, measured state, compression."""
+    from memzoo.plugins import registered
+
+    mcfg = model_config(cfg)
+    input_len = cfg.train.window_segments * mcfg.segment_len
+    card = get_card(method)
+    row: dict[str, Any] = {"method": method, "input_len": input_len, "footprint_formula": card.footprint_formula}
+    spec = registered().get(method)
+    if spec is None:
+        row.update(implemented=False, analytic=None, measured=None,
+                   card=card_footprint(card, mcfg, dict(options or {}), input_len))
+        return row
+    mem_cfg = memory_config(method, options)
+    parts = spec.cls.footprint(mem_cfg, mcfg, input_len)
+    row.update(implemented=True, analytic=parts["total"], analytic_parts=parts,
+               card=card_footprint(card, mcfg, mem_cfg, input_len))
+    row["card_matches"] = row["card"] == parts.get("table1", parts["total"])
+    if measure:
+        torch.manual_seed(0)
+        model = MemoryModel(mcfg, method, mem_cfg)
+        row["measured"] = measure_footprint(model)
+        row["measured_after_tokens"] = mcfg.segment_len
+        row["analytic_at_measured"] = spec.cls.footprint(mem_cfg, mcfg, mcfg.segment_len)["total"]
+    return row
+
+
+def footprint_table(cfg: DictConfig, measure: bool = True, reference: str = "memorizing") -> list[dict[str, Any]]:
+    """Rows for every method in cfg.methods (or the config's own method), with `compression`
+    relative to `reference` (the Infini paper's Table 2 compares against Memorizing Transformers)."""
+    methods = dict(cfg.methods) if cfg.methods else {cfg.memory.name: dict(cfg.memory)}
+    rows = [footprint_row(cfg, name, opts, measure) for name, opts in methods.items()]
+    ref = next((r for r in rows if r["method"] == reference), None)
+    for r in rows:
+        count = r.get("card")
+        if ref is not None and ref.get("card") and count:
+            r["compression"] = round(ref["card"] / count, 1)
+        else:
+            r["compression"] = None
+    return rows
+
+
+def gate_values(model: MemoryModel) -> dict[str, list[float]]:
+    """Per layer, any per-head gate a memory exposes (`gate_values()`): the paper's Figure 3 data."""
+    out = {}
+    for i, mem in enumerate(model.memories):
+        fn = getattr(mem, "gate_values", None)
+        if callable(fn):
+            out[str(i)] = [float(x) for x in fn()]
+    return out
+
+
+def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dict[str, Any]) -> dict[str, Any]:
+    """eval.json (the full evaluation) and result.json (the run's row in a results table)."""
+    from memzoo.plugins import get_memory
+
+    run_dir = Path(run_dir)
+    (run_dir / "eval.json").write_text(json.dumps(result, indent=1))
+    mcfg = model_config(cfg)
+    spec = get_memory(cfg.memory.name)
+    mem_cfg = memory_config(cfg.memory.name, cfg.memory)
+    tokens_seen = cfg.eval.max_segments_per_doc * mcfg.segment_len
+    metrics_path = run_dir / "metrics.jsonl"
+    train_tps = None
+    if metrics_path.is_file():
+        rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+        tps = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r]
+        train_tps = sum(tps) / len(tps) if tps else None
+    row = {
+        "name": cfg.name,
+        "method": cfg.memory.name,
+        "seed": int(cfg.seed),
+        "params": model.num_parameters(),
+        "footprint_analytic": spec.cls.footprint(mem_cfg, mcfg, tokens_seen)["total"],
+        "footprint_measured": measure_footprint(model, segments=cfg.eval.max_segments_per_doc),
+        "footprint_tokens": tokens_seen,
+        f"{result['split']}_bpb": result["bpb"],
+        "bpb_by_segment": result["bpb_by_segment"],
+        "tokens_per_s": result["tokens_per_s"],
+        "train_tokens_per_s": train_tps,
+        "peak_rss_mb": result["peak_rss_mb"],
+        "train_steps": int(cfg.train.steps),
+        "train_tokens": int(cfg.train.steps * cfg.train.batch_size * cfg.train.window_segments * mcfg.segment_len),
+        "gates": gate_values(model),
+    }
+    (run_dir / "result.json").write_text(json.dumps(row, indent=1))
+    return row

@@ -1,0 +1,218 @@
+"""Training: AdamW with warm-up and cosine decay, truncated BPTT over the segment state, bf16
+autocast option, checkpoints every K steps and on interruption, exact resume.
+
+A run folder holds `config.yaml` (resolved), `metrics.jsonl` (one JSON object per logged step),
+`checkpoint.pt` (model, optimiser, step, RNG; loadable with weights_only=True) and, at the end,
+`eval.json` and `result.json`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from memzoo.config import TrainConfig, load_config, memory_config, model_config, to_yaml
+from memzoo.data import Batch, WindowSampler, load_documents, split_documents
+from memzoo.model import MemoryModel, ModelState
+
+LN2 = math.log(2.0)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device='cuda' but no CUDA device is available; use 'cpu' or 'auto'")
+    return torch.device(name)
+
+
+def autocast_context(precision: str, device: torch.device):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def build_model(cfg: DictConfig) -> MemoryModel:
+    return MemoryModel(model_config(cfg), cfg.memory.name, memory_config(cfg.memory.name, cfg.memory))
+
+
+def lr_at(step: int, tc: TrainConfig | DictConfig) -> float:
+    """Linear warm-up to lr, then cosine decay to lr * min_lr_ratio at the last step."""
+    if step < tc.warmup_steps:
+        return tc.lr * (step + 1) / tc.warmup_steps
+    progress = (step - tc.warmup_steps) / max(1, tc.steps - tc.warmup_steps)
+    floor = tc.lr * tc.min_lr_ratio
+    return floor + 0.5 * (tc.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+@dataclass
+class WindowResult:
+    nll_sum: float  # nats over the masked targets
+    tokens: int
+    aux: float
+    state: ModelState
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-token negative log-likelihood in nats: logits [..., V], targets [...] -> [...]."""
+    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), reduction="none").view(targets.shape)
+
+
+def train_window(model: MemoryModel, batch: Batch, bptt_segments: int, aux_weight: float = 1.0,
+                 precision: str = "fp32", state: Optional[ModelState] = None) -> WindowResult:
+    """Forward and backward one window, k = bptt_segments segments per model call.
+
+    The state is detached between calls: gradient from a block's last segment reaches that block's
+    first segment (s - k + 1) and nothing earlier. Each block is backpropagated as soon as it is
+    computed, so at most k segments of graph are alive.
+    """
+    device = batch.tokens.device
+    b, s, _ = batch.tokens.shape
+    state = state if state is not None else model.initial_state(b, device)
+    total = int(batch.mask.sum().clamp(min=1))
+    nll_sum, aux_sum = 0.0, 0.0
+    for start in range(0, s, bptt_segments):
+        blk = batch.segments(start, min(s, start + bptt_segments))
+        with autocast_context(precision, device):
+            out = model(blk.tokens, state, blk.reset)
+        nll = token_nll(out.logits, blk.targets) * blk.mask
+        loss = nll.sum() / total + aux_weight * out.aux_loss
+        if loss.requires_grad:
+            loss.backward()
+        nll_sum += float(nll.sum().detach())
+        aux_sum += float(out.aux_loss.detach())
+        state = out.state.detach()
+    return WindowResult(nll_sum, int(batch.mask.sum()), aux_sum, state)
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(run_dir: Path, model: MemoryModel, optimizer: torch.optim.Optimizer, step: int) -> None:
+    _atomic_save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "rng": torch.get_rng_state()},
+        run_dir / "checkpoint.pt",
+    )
+
+
+def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    return torch.load(run_dir / "checkpoint.pt", map_location=map_location, weights_only=True)
+
+
+def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[DictConfig, MemoryModel]:
+    """The resolved config and trained model of a run folder."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
+    cfg = load_config(str(run_dir / "config.yaml"))
+    model = build_model(cfg).to(device)
+    if (run_dir / "checkpoint.pt").is_file():
+        model.load_state_dict(load_checkpoint(run_dir, device)["model"])
+    return cfg, model
+
+
+def run_dir_for(cfg: DictConfig) -> Path:
+    return Path(cfg.out_dir) / cfg.name
+
+
+def _log(path: Path, row: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, evaluate_at_end: bool = True,
+          on_step: Optional[Callable[[int], None]] = None, progress: bool = True) -> Path:
+    """Train per `cfg` into `run_dir` (default out_dir/name), resuming from its checkpoint if any.
+
+    `on_step(step)` is called after each completed step (tests use it to interrupt a run).
+    """
+    from memzoo.evaluate import evaluate_run
+
+    tc = cfg.train
+    run_dir = Path(run_dir) if run_dir is not None else run_dir_for(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = pick_device(tc.device)
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    ckpt_path = run_dir / "checkpoint.pt"
+    if resume and ckpt_path.is_file() and (run_dir / "config.yaml").is_file():
+        saved = OmegaConf.load(run_dir / "config.yaml")
+        if to_yaml(OmegaConf.masked_copy(saved, ["model", "memory"])) != to_yaml(OmegaConf.masked_copy(cfg, ["model", "memory"])):
+            raise ValueError(f"{run_dir} holds a run with a different model or memory config; use another name or out_dir")
+    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg).to(device)
+    optimizer = torch.optim.AdamW(model.optim_groups(tc.weight_decay, tc.lr), lr=tc.lr, betas=tuple(tc.betas))
+    step = 0
+    if resume and ckpt_path.is_file():
+        ckpt = load_checkpoint(run_dir, device)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        torch.set_rng_state(ckpt["rng"])
+        step = int(ckpt["step"])
+
+    docs = split_documents(load_documents(cfg.data), cfg.data)
+    sampler = WindowSampler(docs["train"], cfg.model.segment_len, cfg.seed)
+    metrics = run_dir / "metrics.jsonl"
+    bar = tqdm(total=tc.steps, initial=step, desc=f"train {cfg.name}", disable=not progress, dynamic_ncols=True)
+    model.train()
+    completed = step
+    t_last, tokens_since = time.perf_counter(), 0
+    try:
+        while step < tc.steps:
+            batch = sampler.sample(step, tc.batch_size, tc.window_segments).to(device)
+            lr = lr_at(step, tc)
+            for group in optimizer.param_groups:
+                group["lr"] = lr * group.get("lr_mult", 1.0)
+            res = train_window(model, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            completed = step
+            tokens_since += res.tokens
+            bpb = res.nll_sum / max(res.tokens, 1) / LN2
+            bar.update(1)
+            bar.set_postfix(bpb=f"{bpb:.3f}", lr=f"{lr:.2e}")
+            if step % tc.log_every == 0 or step == tc.steps:
+                now = time.perf_counter()
+                _log(metrics, {"step": step, "train_bpb": bpb, "aux": res.aux, "lr": lr, "grad_norm": float(grad_norm),
+                               "tokens_per_s": tokens_since / max(now - t_last, 1e-9)})
+                t_last, tokens_since = now, 0
+            if tc.checkpoint_every and step % tc.checkpoint_every == 0:
+                save_checkpoint(run_dir, model, optimizer, step)
+            if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps:
+                ev = evaluate_run(cfg, model, progress=False)
+                _log(metrics, {"step": step, "valid_bpb": ev["bpb"]})
+                model.train()
+            if on_step is not None:
+                on_step(step)
+    except BaseException:
+        # Keep what was done: the weights are those of the last completed step.
+        if completed > 0 and completed == step:
+            save_checkpoint(run_dir, model, optimizer, completed)
+        raise
+    finally:
+        bar.close()
+    save_checkpoint(run_dir, model, optimizer, step)
+    if evaluate_at_end:
+        from memzoo.evaluate import write_result
+
+        result = evaluate_run(cfg, model, progress=progress)
+        write_result(run_dir, cfg, model, result)
+    return run_dir
