@@ -94,6 +94,8 @@ class RunConfig:
     # Per-method memory options for commands that consider several methods on one backbone
     # (footprint tables, comparison suites): {method name: {option: value}}.
     methods: Any = field(default_factory=dict)
+    # The method whose footprint the others' `compression` ratios are relative to (None: no ratios).
+    footprint_reference: Optional[str] = None
 
 
 def preset_path(name_or_path: str) -> Path:

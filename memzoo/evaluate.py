@@ -128,10 +128,12 @@ def footprint_row(cfg: DictConfig, method: str, options: Any, measure: bool = Tr
     return row
 
 
-def footprint_table(cfg: DictConfig, measure: bool = True, reference: str = "memorizing") -> list[dict[str, Any]]:
+def footprint_table(cfg: DictConfig, measure: bool = True) -> list[dict[str, Any]]:
     """Rows for every method in cfg.methods (or the config's own method), with `compression`
-    relative to `reference` (the Infini paper's Table 2 compares against Memorizing Transformers)."""
+    relative to cfg.footprint_reference (Table 2 of the Infini paper compares against the
+    Memorizing Transformer; configs/paper/table1.yaml says so)."""
     methods = dict(cfg.methods) if cfg.methods else {cfg.memory.name: dict(cfg.memory)}
+    reference = cfg.footprint_reference
     rows = [footprint_row(cfg, name, opts, measure) for name, opts in methods.items()]
     ref = next((r for r in rows if r["method"] == reference), None)
     for r in rows:

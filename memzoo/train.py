@@ -171,7 +171,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     metrics = run_dir / "metrics.jsonl"
     bar = tqdm(total=tc.steps, initial=step, desc=f"train {cfg.name}", disable=not progress, dynamic_ncols=True)
     model.train()
-    completed = step
+    in_update = False  # True while optimizer.step() may have changed some parameters but not all
     t_last, tokens_since = time.perf_counter(), 0
     try:
         while step < tc.steps:
@@ -181,10 +181,11 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
                 group["lr"] = lr * group.get("lr_mult", 1.0)
             res = train_window(model, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            in_update = True
             optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
             step += 1
-            completed = step
+            in_update = False
+            optimizer.zero_grad(set_to_none=True)
             tokens_since += res.tokens
             bpb = res.nll_sum / max(res.tokens, 1) / LN2
             bar.update(1)
@@ -203,9 +204,10 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             if on_step is not None:
                 on_step(step)
     except BaseException:
-        # Keep what was done: the weights are those of the last completed step.
-        if completed > 0 and completed == step:
-            save_checkpoint(run_dir, model, optimizer, completed)
+        # Keep what was done: the weights are those of the last completed step (a step cut off
+        # inside optimizer.step() is not saved; the previous checkpoint stands).
+        if step > 0 and not in_update:
+            save_checkpoint(run_dir, model, optimizer, step)
         raise
     finally:
         bar.close()

@@ -1,0 +1,71 @@
+"""The command line: catalogue, footprint at the paper's setting, and errors that name the problem."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from memzoo.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_list_json_has_every_card_and_the_implemented_flag(capsys) -> None:
+    code, out, _ = run(capsys, "list", "--json")
+    assert code == 0
+    rows = {r["name"]: r for r in json.loads(out)}
+    for name in ("infini-linear", "infini-delta", "xl", "compressive", "memorizing", "rmt", "infty-former", "local", "full"):
+        assert name in rows, name
+        assert {"name", "paper", "footprint_formula", "implemented"} <= set(rows[name])
+    assert rows["infini-linear"]["implemented"] is True
+    assert "2404.07143" in rows["infini-linear"]["paper"]
+
+
+def test_footprint_table1_infini_is_the_papers_count(capsys) -> None:
+    code, out, _ = run(capsys, "footprint", "paper/table1", "--json", "--no-measure")
+    assert code == 0
+    rows = {r["method"]: r for r in json.loads(out)}
+    for name in ("infini-linear", "infini-delta"):
+        assert rows[name]["analytic"] == 1_585_152
+        assert rows[name]["card"] == 1_585_152
+
+
+def test_footprint_measures_a_real_state(capsys) -> None:
+    code, out, _ = run(capsys, "footprint", "infini-delta", "--json", "model.n_layers=2", "model.segment_len=16")
+    assert code == 0
+    (row,) = json.loads(out)
+    assert row["measured"] == row["analytic"] == row["card"] == 32 * 33 * 4 * 2
+
+
+def test_unknown_method_is_an_error_listing_registered(capsys) -> None:
+    code, _, err = run(capsys, "train", "infini-linear", "memory.name=infini-quadratic")
+    assert code == 2
+    assert "infini-quadratic" in err and "infini-linear" in err and "local" in err
+
+
+def test_unknown_config_key_names_the_key(capsys) -> None:
+    code, _, err = run(capsys, "train", "infini-linear", "train.stepz=3")
+    assert code == 2 and "train.stepz" in err
+    code, _, err = run(capsys, "train", "infini-linear", "memory.rulez=delta")
+    assert code == 2 and "rulez" in err
+
+
+def test_wrong_type_names_the_key(capsys) -> None:
+    code, _, err = run(capsys, "footprint", "infini-linear", "model.n_layers=many")
+    assert code == 2 and "model.n_layers" in err
+
+
+def test_unknown_preset_lists_presets(capsys) -> None:
+    code, _, err = run(capsys, "train", "no-such-preset")
+    assert code == 2 and "infini-linear" in err
+
+
+def test_console_script_is_installed() -> None:
+    out = subprocess.run([sys.executable, "-m", "memzoo.cli", "list"], capture_output=True, text=True, check=True)
+    assert "infini-delta" in out.stdout

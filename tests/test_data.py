@@ -1,0 +1,70 @@
+"""The corpus and the batches: deterministic split, windows and document streams that cover every
+byte exactly once with boundaries at segment starts."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from memzoo.config import DataConfig
+from memzoo.data import WindowSampler, load_documents, split_documents, split_of, stream_documents
+
+
+def test_stdlib_corpus_is_the_interpreters_source_and_split_is_deterministic() -> None:
+    docs = load_documents(DataConfig(max_docs=200))
+    assert any(d.name == "abc.py" for d in docs) or any(d.name.endswith(".py") for d in docs)
+    a = split_documents(docs, DataConfig())
+    b = split_documents(list(reversed(docs)), DataConfig())
+    for split in ("train", "valid", "test"):
+        assert sorted(d.name for d in a[split]) == sorted(d.name for d in b[split])
+    names = [set(d.name for d in a[s]) for s in ("train", "valid", "test")]
+    assert not (names[0] & names[1]) and not (names[0] & names[2]) and not (names[1] & names[2])
+    assert split_of("json/decoder.py", 0.05, 0.05) == split_of("json/decoder.py", 0.05, 0.05)
+
+
+def test_local_folder_and_glob(tmp_path: Path) -> None:
+    for i in range(3):
+        (tmp_path / f"doc{i}.txt").write_text("hello world " * (20 + i))
+    assert len(load_documents(DataConfig(source=str(tmp_path)))) == 3
+    assert len(load_documents(DataConfig(source=str(tmp_path / "doc*.txt")))) == 3
+    with pytest.raises(FileNotFoundError, match="nothing-here"):
+        load_documents(DataConfig(source=str(tmp_path / "nothing-here*")))
+
+
+def test_stream_covers_every_byte_once_with_resets_at_document_starts(tmp_path: Path) -> None:
+    from memzoo.data import Document
+
+    docs = [Document(f"d{i}", bytes(range(i, i + 10 + 7 * i))) for i in range(5)]
+    n = 4
+    got: dict[int, list[int]] = {}
+    owner = [None, None]
+    for batch in stream_documents(docs, batch_size=2, segment_len=n):
+        for b in range(2):
+            if batch.reset[b, 0]:
+                owner[b] = len(got)
+                got[owner[b]] = []
+                assert batch.seg_index[b, 0] == 0
+            m = batch.mask[b, 0]
+            if m.any():
+                got[owner[b]].extend(batch.targets[b, 0][m].tolist())
+    assert sorted(got.values(), key=len) == sorted([list(d.data[1:]) for d in docs], key=len)
+
+
+def test_windows_are_deterministic_in_seed_and_step() -> None:
+    from memzoo.data import Document
+
+    docs = [Document(f"d{i}", bytes([i % 256]) * (30 + 11 * i)) for i in range(6)]
+    s1 = WindowSampler(docs, 8, seed=3).sample(step=5, batch_size=4, window_segments=6)
+    s2 = WindowSampler(docs, 8, seed=3).sample(step=5, batch_size=4, window_segments=6)
+    s3 = WindowSampler(docs, 8, seed=3).sample(step=6, batch_size=4, window_segments=6)
+    assert torch.equal(s1.tokens, s2.tokens) and not torch.equal(s1.tokens, s3.tokens)
+    assert s1.reset[:, 0].all()
+    # Within a document the target of a segment's last byte is the next segment's first input.
+    for b in range(4):
+        for s in range(5):
+            if not s1.reset[b, s + 1] and s1.mask[b, s].all():
+                assert s1.targets[b, s, -1] == s1.tokens[b, s + 1, 0]
+    # A reset marks where a new document starts at segment 0.
+    assert (s1.seg_index[s1.reset] == s1.seg_index[s1.reset].clamp(max=10**6)).all()
+    assert (s1.seg_index[:, 1:][s1.reset[:, 1:]] == 0).all()

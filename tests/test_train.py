@@ -1,0 +1,86 @@
+"""Training end to end on a small slice of the embedded corpus: learning happens, an interrupted
+run keeps its checkpoint, and resuming gives exactly the weights of an uninterrupted run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from memzoo.config import load_config
+from memzoo.train import load_checkpoint, lr_at, train
+
+OVERRIDES = [
+    "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16",
+    "train.steps=6", "train.batch_size=2", "train.window_segments=4", "train.bptt_segments=2",
+    "train.warmup_steps=2", "train.checkpoint_every=2", "train.log_every=1",
+    "data.max_docs=60", "eval.max_docs=4", "eval.max_segments_per_doc=3", "eval.batch_size=2",
+]
+
+
+def config(tmp_path: Path, method: str = "infini-delta", *extra: str):
+    return load_config(method, [*OVERRIDES, f"out_dir={tmp_path}", *extra])
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_resume_after_interruption_gives_the_same_weights(tmp_path: Path) -> None:
+    straight = train(config(tmp_path, "infini-delta", "name=straight"), progress=False, evaluate_at_end=False)
+
+    cfg = config(tmp_path, "infini-delta", "name=broken")
+
+    def crash(step: int) -> None:
+        if step == 3:
+            raise Interrupt()
+
+    with pytest.raises(Interrupt):
+        train(cfg, on_step=crash, progress=False, evaluate_at_end=False)
+    assert load_checkpoint(tmp_path / "broken")["step"] == 3  # the interrupted run kept its work
+    resumed = train(cfg, progress=False, evaluate_at_end=False)
+
+    a, b = load_checkpoint(straight)["model"], load_checkpoint(resumed)["model"]
+    assert load_checkpoint(resumed)["step"] == 6
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{key} differs after resume"
+    steps = [json.loads(line)["step"] for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_run_folder_has_config_metrics_checkpoint_and_result(tmp_path: Path) -> None:
+    run = train(config(tmp_path, "infini-linear", "name=full-run"), progress=False)
+    for f in ("config.yaml", "metrics.jsonl", "checkpoint.pt", "eval.json", "result.json"):
+        assert (run / f).is_file(), f
+    row = json.loads((run / "result.json").read_text())
+    assert row["method"] == "infini-linear"
+    assert row["footprint_measured"] == row["footprint_analytic"] == 16 * 17 * 2 * 2
+    assert 0 < row["valid_bpb"] < 9
+    assert len(row["bpb_by_segment"]) == 3
+    assert set(row["gates"]) == {"0", "1"}
+    # the saved config reloads to the same run
+    again = load_config(str(run / "config.yaml"))
+    assert again.memory.name == "infini-linear" and again.train.steps == 6
+
+
+def test_training_reduces_loss(tmp_path: Path) -> None:
+    cfg = config(tmp_path, "local", "name=learn", "train.steps=40", "train.lr=0.01", "train.log_every=5",
+                 "train.checkpoint_every=0")
+    run = train(cfg, progress=False, evaluate_at_end=False)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["train_bpb"] < rows[0]["train_bpb"] - 1.0
+
+
+def test_resume_refuses_a_different_model(tmp_path: Path) -> None:
+    train(config(tmp_path, "local", "name=same", "train.steps=2"), progress=False, evaluate_at_end=False)
+    with pytest.raises(ValueError, match="different model or memory"):
+        train(config(tmp_path, "local", "name=same", "train.steps=2", "model.n_layers=3"), progress=False)
+
+
+def test_learning_rate_schedule() -> None:
+    cfg = load_config("local", ["train.steps=100", "train.warmup_steps=10", "train.lr=1.0", "train.min_lr_ratio=0.1"]).train
+    assert lr_at(0, cfg) == pytest.approx(0.1)
+    assert lr_at(9, cfg) == pytest.approx(1.0)
+    assert lr_at(100, cfg) == pytest.approx(0.1)
+    assert lr_at(55, cfg) == pytest.approx(0.55)
