@@ -42,7 +42,8 @@ class LayerInputs:
     attend: LocalAttention
     # The layer's own key/value projection, for memories that cache hidden states and recompute
     # keys/values with the current weights (original XL, Compressive): [B, M, d_model] -> 2 x [B, H, M, D].
-    project_kv: Callable[[Tensor], tuple[Tensor, Tensor]]
+    # `project_kv(h, fixed_weights=True)` treats W_K, W_V as constants (gradient to h only).
+    project_kv: Callable[..., tuple[Tensor, Tensor]]
 
     def segment(self, s: int) -> "SegmentInputs":
         return SegmentInputs(self.h[:, s], self.q[:, s], self.k[:, s], self.v[:, s], self.attend, self.project_kv)
@@ -55,7 +56,7 @@ class SegmentInputs:
     k: Tensor  # [B, H, N, D]
     v: Tensor  # [B, H, N, D]
     attend: LocalAttention
-    project_kv: Callable[[Tensor], tuple[Tensor, Tensor]]
+    project_kv: Callable[..., tuple[Tensor, Tensor]]
 
 
 def zero_loss(ref: Tensor) -> Tensor:

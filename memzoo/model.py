@@ -87,10 +87,15 @@ class MemoryAttention(nn.Module):
         return self.drop(self.proj(rearrange(heads, "b s h n d -> b s n (h d)"))), state, aux
 
 
-    def project_kv(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of hidden states h [B, M, d_model] with this layer's weights: 2 x [B, H, M, D]."""
+    def project_kv(self, h: Tensor, fixed_weights: bool = False) -> tuple[Tensor, Tensor]:
+        """Keys and values of hidden states h [B, M, d_model] with this layer's weights: 2 x [B, H, M, D].
+
+        fixed_weights: W_K, W_V act as constants (gradient reaches h only), for auxiliary losses that
+        must train something upstream of the projection without training the projection itself.
+        """
         d = h.shape[-1]
-        kv = F.linear(h, self.qkv.weight[d:])  # rows d: are W_K then W_V
+        weight = self.qkv.weight[d:]  # rows d: are W_K then W_V
+        kv = F.linear(h, weight.detach() if fixed_weights else weight)
         k, v = rearrange(kv, "b m (two h d) -> two b h m d", two=2, h=self.n_heads)
         return k, v
 

@@ -1,0 +1,63 @@
+"""Backbone properties independent of any one memory."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import METHODS, tiny_memory_config, tiny_model, tiny_model_config
+from memzoo.attention import LocalAttention, rope
+from memzoo.model import MemoryModel
+from memzoo.reference import rope_complex
+
+
+def test_backbone_names_no_method() -> None:
+    """No method name and no method-specific branch in the backbone's files."""
+    import memzoo
+
+    root = Path(memzoo.__file__).parent
+    for name in ("model.py", "attention.py", "memory.py", "train.py", "evaluate.py", "data.py"):
+        text = (root / name).read_text()
+        for method in METHODS:
+            assert not re.search(rf"[\"']{re.escape(method)}[\"']", text), f"{name} names the method {method!r}"
+
+
+@pytest.mark.parametrize("method", ["infini-delta", "full"])
+def test_activation_checkpointing_gives_the_same_gradients(method: str) -> None:
+    x = torch.randint(0, 256, (2, 3, 8), generator=torch.Generator().manual_seed(0))
+    grads = []
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        model = MemoryModel(tiny_model_config(checkpoint_activations=ckpt), method, tiny_memory_config(method))
+        model.train()
+        model(x).logits.square().mean().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_xformers_backend_on_cpu_is_a_clear_error() -> None:
+    model = tiny_model("local", attention_backend="xformers")
+    with pytest.raises(RuntimeError, match="needs a CUDA device"):
+        model(torch.zeros(1, 1, 8, dtype=torch.long))
+
+
+def test_auto_backend_uses_sdpa_on_cpu() -> None:
+    assert LocalAttention(10000.0, "auto")._use_xformers(torch.device("cpu")) is False
+
+
+def test_rope_matches_complex_rotation_and_is_relative() -> None:
+    x = torch.randn(1, 1, 5, 8)
+    pos = torch.arange(5)
+    assert torch.allclose(rope(x, pos, 100.0)[0, 0], rope_complex(x[0, 0], 100.0), atol=1e-5)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+    d1 = (rope(q, torch.tensor([7]), 100.0) * rope(k, torch.tensor([3]), 100.0)).sum()
+    d2 = (rope(q, torch.tensor([-1]), 100.0) * rope(k, torch.tensor([-5]), 100.0)).sum()
+    assert torch.allclose(d1, d2, atol=1e-5)  # depends on the offset only
+
+
+def test_segments_longer_than_segment_len_are_refused() -> None:
+    model = tiny_model("local")
+    with pytest.raises(ValueError, match="segment_len=8"):
+        model(torch.zeros(1, 1, 9, dtype=torch.long))
