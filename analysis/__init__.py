@@ -1,0 +1,9 @@
+"""Figure recipes over a results table (pandas + seaborn). Import as `memzoo.analysis`:
+
+    from memzoo.analysis import load_results, footprint_vs_bpb, bpb_by_segment
+    df = load_results("runs")            # every run folder's result.json under runs/
+    footprint_vs_bpb(df).figure.savefig("footprint.png")
+"""
+from memzoo.analysis.recipes import bpb_by_segment, footprint_vs_bpb, load_results, long_by_segment
+
+__all__ = ["load_results", "long_by_segment", "footprint_vs_bpb", "bpb_by_segment"]
