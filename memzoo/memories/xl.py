@@ -1,0 +1,117 @@
+"""Transformer-XL (Dai, Yang, Yang, Carbonell, Le, Salakhutdinov 2019, arXiv 1901.02860).
+
+Segment-level recurrence. Per layer and batch row, a memory of the last `mem_len` positions
+before the current segment. For segment s of that layer, with SG = stop-gradient:
+
+    memory_s     = SG(last mem_len positions of [memory_{s-1}; segment s-1])
+    A            = softmax(Q [K_mem; K]ᵀ / sqrt(d) + causal mask) [V_mem; V]   (per head)
+    memory_{s+1} = SG(last mem_len positions of [memory_s; segment s])
+
+Every query of the segment sees the whole memory plus the segment's causal past, so layer l
+reaches l × mem_len positions back (effective context grows with depth).
+
+What the memory holds (`cache`):
+* "kv" (default): the layer's keys and values, without positional encoding, as Table 1 of the
+  Infini paper counts them: (d_key + d_value) × H × mem_len × l numbers.
+* "hidden": the layer's (normed) input hidden states, with keys and values recomputed by the
+  current W_K, W_V at each segment, as the original code does: d_model × mem_len × l numbers
+  ("table1" still reports the K/V count). Same forward values; W_K, W_V also get gradient
+  from the memory slots. Either way no gradient reaches the previous segment's inputs.
+
+Positions: rotary embeddings over the concatenation [memory; segment] in place of the original's
+sinusoid relative encoding with learned u, v biases. Positions are relative to the segment's
+first token, so memory slot i of C sits at i − C (negative) and RoPE sees the same query-key
+offsets whether the input is streamed or run in one call.
+
+Documents: the memory is emptied at a document boundary (the original never does). An empty
+slot is masked through `valid`, never attended as a zero vector. State is float32 whatever the
+autocast dtype; the `valid` mask is bool bookkeeping.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from einops import rearrange
+from torch import Tensor
+
+from memzoo.attention import KVPrefix
+from memzoo.config import ModelConfig
+from memzoo.fifo import fifo_init, fifo_push, fifo_reset, slot_positions
+from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
+from memzoo.plugins import register_memory
+
+CACHES = ("kv", "hidden")
+
+
+@dataclass
+class XLConfig:
+    mem_len: int = 2048  # positions kept per layer (the paper's M; Table 1 uses 2048 = N)
+    cache: str = "kv"  # kv | hidden: cache keys/values (Table 1) or hidden states (original code)
+
+
+@register_memory("xl", config=XLConfig)
+class TransformerXL(LayerMemory):
+    """Attention over [stop-gradient memory of the last mem_len positions; segment], per layer."""
+
+    gradient_through_state = False  # the cache is SG(·) by definition
+
+    def __init__(self, cfg: XLConfig, model: ModelConfig, layer_index: int):
+        super().__init__(cfg, model, layer_index)
+        if int(cfg.mem_len) < 1:
+            raise ValueError(f"xl mem_len={cfg.mem_len}; expected a positive int (use method 'local' for no memory)")
+        if cfg.cache not in CACHES:
+            raise ValueError(f"xl cache={cfg.cache!r}; expected one of {CACHES}")
+        self.n_heads, self.d_head = model.n_heads, model.d_head
+
+    def _slot_shapes(self) -> dict[str, tuple[int, ...]]:
+        """What one memory slot holds: a key and a value per head, or one hidden state."""
+        if self.cfg.cache == "kv":
+            return {"k": (self.n_heads, self.d_head), "v": (self.n_heads, self.d_head)}
+        return {"h": (self.model_cfg.d_model,)}
+
+    def initial_state(self, batch_size: int, device: torch.device) -> State:
+        """mem_len empty float32 slots per row ([B, C, H, D] or [B, C, d_model]) and `valid` [B, C]."""
+        return fifo_init(batch_size, self.cfg.mem_len, self._slot_shapes(), device, torch.float32)
+
+    def reset_rows(self, state: State, rows: Tensor) -> State:
+        """A document start empties the row's memory (its slots become invalid, hence masked)."""
+        return fifo_reset(state, rows)
+
+    @classmethod
+    def footprint(cls, cfg: XLConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
+        """Fixed-size buffers: the count does not depend on tokens_seen."""
+        table1 = (model.d_head + model.d_head) * model.n_heads * cfg.mem_len * model.n_layers
+        if cfg.cache == "kv":
+            return {"total": table1}
+        return {"total": model.d_model * cfg.mem_len * model.n_layers, "table1": table1}
+
+    def _memory_kv(self, x: SegmentInputs, state: State) -> tuple[Tensor, Tensor]:
+        """The memory's keys and values without positional encoding: 2 x [B, H, C, D]."""
+        if self.cfg.cache == "kv":
+            to_heads = lambda t: rearrange(t, "b c h d -> b h c d")  # noqa: E731
+            return to_heads(state["k"]), to_heads(state["v"])
+        return x.project_kv(state["h"].to(x.h.dtype))  # current W_K, W_V on cached hidden states
+
+    def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
+        """Attend over [memory_s; segment] (causal), then push the segment into the memory (SG)."""
+        capacity = state["valid"].shape[1]
+        mem_k, mem_v = self._memory_kv(x, state)  # [B, H, C, D] each
+        prefix = KVPrefix(
+            k=mem_k,
+            v=mem_v,
+            pos=slot_positions(capacity, x.q.device),  # [C]: -C .. -1, before the segment's 0
+            valid=state["valid"],  # [B, C]: empty slots masked
+        )
+        out = x.attend(x.q, x.k, x.v, prefix=prefix)  # [B, H, N, D]
+
+        with torch.autocast(device_type=x.q.device.type, enabled=False):
+            if self.cfg.cache == "kv":
+                new = {
+                    "k": rearrange(x.k, "b h n d -> b n h d").detach().float(),  # [B, N, H, D]
+                    "v": rearrange(x.v, "b h n d -> b n h d").detach().float(),
+                }
+            else:
+                new = {"h": x.h.detach().float()}  # [B, N, d_model]
+            state, _evicted = fifo_push(state, new)  # keep the newest mem_len slots
+        return out, state, zero_loss(x.q)
