@@ -1,0 +1,227 @@
+"""Compressive Transformer (Rae, Potapenko, Jayakumar, Lillicrap 2019, arXiv 1911.05507).
+
+Per layer and batch row, two gradient-stopped memories of the layer's (normed) input hidden
+states h (d_model each), keys and values recomputed with the layer's current W_K, W_V:
+
+    m   : FIFO memory of the last n_m = mem_len states
+    cm  : compressed memory of the last n_cm = cmem_len compressed slots
+
+For segment s with hidden states h_s (SG = stop-gradient, f_c = compression function of rate c):
+
+    A        = softmax(Q [K(cm); K(m); K(h_s)]ᵀ / sqrt(d) + causal mask) [V(cm); V(m); V(h_s)]
+    m, old   = last n_m of [m; SG(h_s)],  the states pushed out         (FIFO eviction)
+    new_cm   = f_c(old)                   (c states -> 1 slot; conv kernel = stride = c)
+    cm       = last n_cm of [cm; SG(new_cm)]
+    L_attn   = || attn(SG(Q), SG(old)) − attn(SG(Q), f_c(SG(old))) ||²   (trains f_c only)
+
+Reconstruction loss. Queries and old memories are gradient-stopped, and the keys/values of the
+compression go through W_K, W_V held fixed: gradient reaches the compressed vectors (hence f_c)
+but W_K, W_V get none from this loss, and no parameter is frozen (W_K, W_V still learn from the
+LM loss through every memory slot). The attention here is content-only (no RoPE: a compressed
+slot and the states it replaces sit at different positions by construction); it is the mean
+squared difference of the two readouts, over heads, queries and channels, summed over the rows
+that compressed something this segment and divided by the batch size; the backbone sums it over
+segments and layers and weights it by train.aux_loss_weight. The LM loss does not reach f_c (the
+compressed memory is stored gradient-stopped), as in the paper. Computed only while gradient is
+enabled and the compressor has parameters (conv); `reconstruction_loss=False` switches it off.
+
+Eviction of fewer than c states (the paper is silent). Groups of c are formed from the oldest
+evicted state of the document on; evicted states that do not yet fill a group wait in a pending
+buffer of c − 1 slots (float32, counted in the footprint) and are compressed with the next ones.
+So every evicted state is compressed exactly once, in time order, whatever the segment lengths
+(a final partial segment evicts fewer states). Before the FIFO is full nothing is evicted.
+
+Positions (RoPE over the concatenation, relative to the segment's first token 0):
+* FIFO slot i of n_m sits at i − n_m (−n_m .. −1), as in Transformer-XL;
+* compressed slot j of n_cm (oldest first) stands for c consecutive states and sits at their
+  centre: − (n_m + p) − (n_cm − 1 − j)·c − (c + 1)/2, where p is the row's pending count;
+  compressed slots are therefore spaced by c, further back than the memory.
+
+Documents: both memories and the pending buffer are emptied at a document boundary, per row.
+Empty slots are masked through bool `valid` flags, never attended as zero vectors. State is
+float32 whatever the autocast dtype. Footprint: d_model × (n_cm + n_m + c − 1) × l numbers per
+row ("table1": the paper's d_model × (n_cm + n_m) × l, without the pending buffer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from einops import einsum, rearrange
+from torch import Tensor, nn
+
+from memzoo.attention import KVPrefix
+from memzoo.config import ModelConfig
+from memzoo.fifo import fifo_init, fifo_push, slot_positions
+from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
+from memzoo.plugins import register_memory
+
+COMPRESSIONS = ("conv", "mean", "max")
+PARTS = ("mem", "cmem", "pend")  # FIFO memory, compressed memory, pending (not yet compressed)
+
+
+@dataclass
+class CompressiveConfig:
+    mem_len: int = 2048  # n_m: hidden states kept in the FIFO memory per layer
+    cmem_len: int = 2048  # n_cm: compressed slots kept per layer
+    compression_rate: int = 2  # c: evicted states per compressed slot
+    compression: str = "conv"  # conv (Conv1d, kernel = stride = c; initialised as mean pooling) | mean | max
+    reconstruction_loss: bool = True  # train the conv compressor with the attention-reconstruction loss
+
+
+class Compressor(nn.Module):
+    """f_c: [B, G·c, d_model] -> [B, G, d_model], one slot per c consecutive states."""
+
+    def __init__(self, kind: str, d_model: int, rate: int):
+        super().__init__()
+        self.kind, self.rate = kind, rate
+        if kind == "conv":
+            self.conv = nn.Conv1d(d_model, d_model, kernel_size=rate, stride=rate)
+            with torch.no_grad():  # start as mean pooling (the paper gives no initialisation)
+                self.conv.weight.copy_(torch.eye(d_model)[:, :, None].expand(-1, -1, rate) / rate)
+                self.conv.bias.zero_()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: [B, G·c, d] (time-ordered) -> [B, G, d]."""
+        if self.kind == "conv":
+            return rearrange(self.conv(rearrange(x, "b t d -> b d t")), "b d g -> b g d")
+        groups = rearrange(x, "b (g c) d -> b g c d", c=self.rate)  # [B, G, c, d]
+        return groups.mean(dim=2) if self.kind == "mean" else groups.amax(dim=2)
+
+
+def masked_attention(q: Tensor, k: Tensor, v: Tensor, valid: Tensor) -> Tensor:
+    """Content-only softmax attention. q: [B, H, N, D], k/v: [B, H, M, D], valid: [B, M] -> [B, H, N, D]."""
+    scores = einsum(q, k, "b h n d, b h m d -> b h n m") / q.shape[-1] ** 0.5
+    scores = scores.masked_fill(~valid[:, None, None, :], torch.finfo(scores.dtype).min)
+    return einsum(scores.softmax(dim=-1), v, "b h n m, b h m d -> b h n d")
+
+
+def gather_slots(x: Tensor, index: Tensor) -> Tensor:
+    """x: [B, L, ...], index: [B, L'] -> [B, L', ...] (per-row slot selection)."""
+    return torch.gather(x, 1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
+
+
+@register_memory("compressive", config=CompressiveConfig)
+class CompressiveTransformer(LayerMemory):
+    """Attention over [compressed memory; FIFO memory; segment]; evicted states compressed at rate c."""
+
+    gradient_through_state = False  # both memories are SG(·), as in the paper
+
+    def __init__(self, cfg: CompressiveConfig, model: ModelConfig, layer_index: int):
+        super().__init__(cfg, model, layer_index)
+        if int(cfg.mem_len) < 1:
+            raise ValueError(f"compressive mem_len={cfg.mem_len}; expected a positive int")
+        if int(cfg.cmem_len) < 0:
+            raise ValueError(f"compressive cmem_len={cfg.cmem_len}; expected an int >= 0")
+        if int(cfg.compression_rate) < 1:
+            raise ValueError(f"compressive compression_rate={cfg.compression_rate}; expected an int >= 1")
+        if cfg.compression not in COMPRESSIONS:
+            raise ValueError(f"compressive compression={cfg.compression!r}; expected one of {COMPRESSIONS}")
+        self.rate = int(cfg.compression_rate)
+        self.compressor = Compressor(cfg.compression, model.d_model, self.rate)
+
+    # ---- state -----------------------------------------------------------------------------
+    def _capacities(self) -> dict[str, int]:
+        return {"mem": self.cfg.mem_len, "cmem": self.cfg.cmem_len, "pend": self.rate - 1}
+
+    def initial_state(self, batch_size: int, device: torch.device) -> State:
+        """Per part: float32 slots [B, C, d_model] (oldest first) and a bool `<part>_valid` [B, C]."""
+        state: State = {}
+        for part, capacity in self._capacities().items():
+            buf = fifo_init(batch_size, capacity, {"h": (self.model_cfg.d_model,)}, device, torch.float32)
+            state[part], state[f"{part}_valid"] = buf["h"], buf["valid"]
+        return state
+
+    def reset_rows(self, state: State, rows: Tensor) -> State:
+        """A document start empties the row's memory, compressed memory and pending buffer."""
+        return {key: value & ~rows[:, None] if key.endswith("_valid") else value for key, value in state.items()}
+
+    @staticmethod
+    def _part(state: State, part: str) -> State:
+        return {"h": state[part], "valid": state[f"{part}_valid"]}
+
+    @classmethod
+    def footprint(cls, cfg: CompressiveConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
+        """Fixed-size buffers: independent of tokens_seen."""
+        table1 = model.d_model * (cfg.cmem_len + cfg.mem_len) * model.n_layers
+        pending = model.d_model * (cfg.compression_rate - 1) * model.n_layers
+        return {"total": table1 + pending, "table1": table1, "pending": pending}
+
+    # ---- read --------------------------------------------------------------------------------
+    def _prefix(self, x: SegmentInputs, state: State) -> KVPrefix:
+        """Keys/values of [cm; m] with the current W_K, W_V, their positions and validity."""
+        c, n_cm, n_m = self.rate, self.cfg.cmem_len, self.cfg.mem_len
+        pending = state["pend_valid"].sum(dim=1, keepdim=True)  # [B, 1]: p, states between cm and m
+        j = torch.arange(n_cm, device=pending.device)
+        cm_pos = -(n_m + pending) - (n_cm - 1 - j) * c - (c + 1) / 2  # [B, n_cm]: group centres
+        m_pos = slot_positions(n_m, pending.device).expand(pending.shape[0], -1)  # [B, n_m]: -n_m .. -1
+        k, v = x.project_kv(torch.cat((state["cmem"], state["mem"]), dim=1).to(x.h.dtype))  # [B, H, n_cm+n_m, D]
+        return KVPrefix(
+            k=k,
+            v=v,
+            pos=torch.cat((cm_pos, m_pos.to(cm_pos.dtype)), dim=1),  # [B, n_cm+n_m]
+            valid=torch.cat((state["cmem_valid"], state["mem_valid"]), dim=1),  # [B, n_cm+n_m]
+        )
+
+    # ---- write -------------------------------------------------------------------------------
+    def _groups(self, state: State, evicted: State) -> tuple[Tensor, Tensor, State]:
+        """Pending + evicted states -> whole groups of c to compress and the new pending buffer.
+
+        Valid slots are always a suffix (time-contiguous, newest last). A row with m valid states
+        compresses its oldest g = m // c groups and keeps the newest r = m % c pending.
+        Returns (old [B, G·c, d], group_valid [B, G], pending state).
+        """
+        c = self.rate
+        joined = torch.cat((state["pend"], evicted["h"]), dim=1)  # [B, L, d]
+        joined_valid = torch.cat((state["pend_valid"], evicted["valid"]), dim=1)  # [B, L]
+        b, length = joined_valid.shape
+        m = joined_valid.sum(dim=1)  # [B]
+        g, r = torch.div(m, c, rounding_mode="floor"), m % c  # [B]
+        n_groups = length // c  # G >= g for every row
+        # Window of G·c states ending before the r pending ones; its last g groups are valid.
+        t = torch.arange(n_groups * c, device=m.device)
+        index = (length - r[:, None] - n_groups * c + t).clamp(min=0)  # [B, G·c]
+        old = gather_slots(joined, index)  # [B, G·c, d]
+        group_valid = torch.arange(n_groups, device=m.device) >= (n_groups - g)[:, None]  # [B, G]
+        i = torch.arange(c - 1, device=m.device)
+        pending = {"h": joined[:, length - (c - 1) :], "valid": i >= (c - 1 - r)[:, None]}  # [B, c-1]
+        return old, group_valid, pending
+
+    def _push_compressed(self, state: State, new: Tensor, new_valid: Tensor) -> State:
+        """cm = last n_cm of [cm; the row's valid new slots] (a row may add fewer than others)."""
+        n_cm, n_new = self.cfg.cmem_len, new.shape[1]
+        g = new_valid.sum(dim=1, keepdim=True)  # [B, 1]: valid new slots are the last g
+        i = torch.arange(n_cm, device=new.device)
+        index = torch.where(g + i < n_cm, g + i, n_new + i)  # [B, n_cm] into [cm (n_cm); new (n_new)]
+        joined = torch.cat((state["cmem"], new.to(state["cmem"].dtype)), dim=1)
+        joined_valid = torch.cat((state["cmem_valid"], new_valid), dim=1)
+        return {"h": gather_slots(joined, index), "valid": torch.gather(joined_valid, 1, index)}
+
+    def _reconstruction_loss(self, x: SegmentInputs, old: Tensor, compressed: Tensor, group_valid: Tensor) -> Tensor:
+        """|| attn(SG(Q), SG(old)) − attn(SG(Q), f_c(SG(old))) ||², gradient to f_c only."""
+        q = x.q.detach().float()  # [B, H, N, D]
+        with torch.no_grad():
+            k_old, v_old = x.project_kv(old)  # [B, H, G·c, D]: the target, fixed
+            target = masked_attention(q, k_old, v_old, group_valid.repeat_interleave(self.rate, dim=1))
+        k_cm, v_cm = x.project_kv(compressed, fixed_weights=True)  # [B, H, G, D]: gradient to f_c only
+        approx = masked_attention(q, k_cm, v_cm, group_valid)  # [B, H, N, D]
+        per_row = (target - approx).pow(2).mean(dim=(1, 2, 3))  # [B]
+        return (per_row * group_valid.any(dim=1)).sum() / q.shape[0]
+
+    def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
+        """Attend over [cm; m; segment] (causal), then push the segment and compress what the FIFO evicts."""
+        out = x.attend(x.q, x.k, x.v, prefix=self._prefix(x, state))  # [B, H, N, D]
+
+        aux = zero_loss(x.q)
+        with torch.autocast(device_type=x.q.device.type, enabled=False):
+            mem, evicted = fifo_push(self._part(state, "mem"), {"h": x.h.detach().float()})  # [B, n_m, d]
+            old, group_valid, pending = self._groups(state, evicted)  # old: SG(·) already
+            compressed = self.compressor(old)  # [B, G, d]
+            train_compressor = any(p.requires_grad for p in self.compressor.parameters())
+            if self.cfg.reconstruction_loss and train_compressor and torch.is_grad_enabled():
+                aux = self._reconstruction_loss(x, old, compressed, group_valid)
+            cmem = self._push_compressed(state, compressed.detach(), group_valid)  # SG: no LM gradient to f_c
+        new_state = {}
+        for part, buf in (("mem", mem), ("cmem", cmem), ("pend", pending)):
+            new_state[part], new_state[f"{part}_valid"] = buf["h"], buf["valid"]
+        return out, new_state, aux
