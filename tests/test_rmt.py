@@ -1,0 +1,246 @@
+"""Recurrent Memory Transformer: the next memory against a manual forward, the learned initial
+memory (fresh rows, per-row reset, gradient), the truncated-BPTT horizon, float32 state."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import tiny_model
+from memzoo.catalog import card_footprint, get_card
+from memzoo.config import ModelConfig
+from memzoo.data import Batch
+from memzoo.memories.rmt import RecurrentMemory, RMTConfig
+from memzoo.memory import state_numbers
+from memzoo.model import MemoryModel
+from memzoo.train import train_window
+
+B, N, V, P = 2, 8, 256, 3
+
+
+def rmt_model(write_slots: str = "memory", seed: int = 0) -> MemoryModel:
+    """Tiny model (d 32, 2 layers, N 8) with P memory tokens."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=32, n_layers=2, n_heads=2, segment_len=N, mlp_ratio=2.0)
+    model = MemoryModel(cfg, "rmt", RMTConfig(n_mem_tokens=P, write_slots=write_slots))
+    model.eval()
+    return model
+
+
+def tokens(s: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, V, (B, s, N), generator=torch.Generator().manual_seed(seed))
+
+
+def manual_segment(model: MemoryModel, tok: torch.Tensor, mem: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One segment written out by hand: [mem; embed(tok); write] -> blocks -> norm -> (logits, next mem)."""
+    n = tok.shape[1]
+    mm = model.model_memory
+    write = mem if mm.write_embed is None else mm.write_embed.expand(tok.shape[0], -1, -1)
+    x = torch.cat((mem, model.embed(tok), write), dim=1)[:, None]  # [B, 1, P+n+P, d]
+    no_reset = torch.zeros(tok.shape[0], 1, dtype=torch.bool)
+    for block in model.blocks:
+        x, _, _ = block(x, no_reset, {})
+    h = model.norm_out(x[:, 0])  # [B, P+n+P, d]
+    return model.head(h[:, P : P + n]), h[:, P + n :]
+
+
+@pytest.mark.parametrize("write_slots", ["memory", "learned"])
+def test_next_memory_is_final_layer_output_at_write_positions(write_slots: str) -> None:
+    model = rmt_model(write_slots)
+    x = tokens(3)
+    with torch.no_grad():
+        out = model(x)
+        mem = model.model_memory.mem_init.expand(B, -1, -1)
+        for s in range(3):
+            logits, mem = manual_segment(model, x[:, s], mem)
+            assert out.logits.shape == (B, 3, N, V), "logits must cover exactly the token positions"
+            assert torch.allclose(out.logits[:, s], logits, atol=1e-5)
+    assert torch.allclose(out.state.model["mem"], mem, atol=1e-5)
+    assert out.state.model["mem"].shape == (B, P, 32)
+
+
+def test_enter_places_memory_at_both_ends_and_masks_tokens() -> None:
+    mm = rmt_model("memory").model_memory
+    x = torch.randn(B, 5, 32)
+    mem = torch.randn(B, P, 32)
+    xin, mask = mm.enter(x, {"mem": mem})
+    assert xin.shape == (B, P + 5 + P, 32)
+    assert mask.tolist() == [False] * P + [True] * 5 + [False] * P
+    assert torch.equal(xin[:, :P], mem) and torch.equal(xin[:, -P:], mem) and torch.equal(xin[:, mask], x)
+    learned = rmt_model("learned").model_memory
+    xin, _ = learned.enter(x, {"mem": mem})
+    assert torch.equal(xin[:, :P], mem)
+    assert torch.equal(xin[:, -P:], learned.write_embed.detach().expand(B, -1, -1))
+
+
+def test_partial_final_segment() -> None:
+    """A segment of 5 < N tokens: logits for 5 positions, equal to the full segment's first 5."""
+    model = rmt_model()
+    x = tokens(2)
+    with torch.no_grad():
+        full = model(x).logits
+        part = model(x[:, 1:, :5], model(x[:, :1]).state)
+    assert part.logits.shape == (B, 1, 5, V)
+    assert torch.allclose(part.logits[:, 0], full[:, 1, :5], atol=1e-5)
+    assert part.state.model["mem"].shape == (B, P, 32)
+
+
+def test_fresh_row_starts_from_learned_init() -> None:
+    model = rmt_model()
+    mm = model.model_memory
+    state = model.initial_state(B).model
+    assert torch.equal(state["mem"], mm.mem_init.detach().expand(B, -1, -1))
+    with torch.no_grad():
+        mm.mem_init.add_(1.0)  # the init is read from the parameter, not a copy made at build time
+    assert torch.equal(model.initial_state(B).model["mem"][1], mm.mem_init.detach())
+
+
+def test_reset_restores_init_row_wise_with_gradient() -> None:
+    model = rmt_model()
+    mm = model.model_memory
+    old = torch.randn(B, P, 32)
+    reset = mm.reset_rows({"mem": old}, torch.tensor([True, False]))
+    assert torch.equal(reset["mem"][0], mm.mem_init.detach())
+    assert torch.equal(reset["mem"][1], old[1]), "a row without a boundary was touched"
+    reset["mem"][0].sum().backward()
+    assert mm.mem_init.grad is not None and float(mm.mem_init.grad.abs().sum()) > 0
+
+
+def test_gradient_reaches_init_through_model_and_reset() -> None:
+    """A detached, non-fresh state: init gets gradient only where a document starts inside the call."""
+    model = rmt_model()
+    model.train()
+    x = tokens(2)
+    with torch.no_grad():
+        carried = model(x[:, :1]).state.detach()
+    for reset_row0, expect in ((False, False), (True, True)):
+        model.zero_grad(set_to_none=True)
+        reset = torch.zeros(B, 2, dtype=torch.bool)
+        reset[0, 1] = reset_row0
+        out = model(x, carried, reset)
+        out.logits[:, 1].square().mean().backward()
+        g = model.model_memory.mem_init.grad
+        got = g is not None and float(g.abs().sum()) > 0
+        assert got == expect, f"reset={reset_row0}: gradient to the initial memory {got}, expected {expect}"
+    model.zero_grad(set_to_none=True)
+    model(x[:, :1]).logits.square().mean().backward()  # fresh state from initial_state()
+    assert float(model.model_memory.mem_init.grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_gradient_horizon_truncated_bptt(k: int) -> None:
+    """Loss only at the last segment s of a window trained with BPTT k: gradient reaches the token
+    embeddings of segments s-k+1..s and the memories written by s-k+1..s-1, and nothing earlier."""
+    model = rmt_model()
+    model.train()
+    s_total = 2 * k  # two whole blocks; the loss sits at the end of the second
+    s_loss = s_total - 1
+    embeds: list[torch.Tensor] = []
+    written: list[torch.Tensor] = []
+
+    def keep_embed(_module, _inp, out):
+        out.retain_grad()
+        embeds.append(out)
+
+    mm = model.model_memory
+    leave = mm.leave
+
+    def keep_written(h, state):
+        new = leave(h, state)
+        new["mem"].retain_grad()
+        written.append(new["mem"])
+        return new
+
+    handle = model.embed.register_forward_hook(keep_embed)
+    mm.leave = keep_written
+    try:
+        x = tokens(s_total)
+        mask = torch.zeros(B, s_total, N, dtype=torch.bool)
+        mask[:, s_loss] = True
+        reset = torch.zeros(B, s_total, dtype=torch.bool)
+        batch = Batch(x, torch.roll(x, -1, dims=-1), mask, reset, torch.arange(s_total).expand(B, s_total))
+        train_window(model, batch, bptt_segments=k)
+    finally:
+        handle.remove()
+        del mm.leave
+    assert len(embeds) == len(written) == s_total
+    norm = lambda t: 0.0 if t.grad is None else float(t.grad.norm())  # noqa: E731
+    embed_norms = [norm(e) for e in embeds]
+    mem_norms = [norm(m) for m in written]
+    first = s_loss - k + 1
+    for s in range(s_total):
+        if first <= s <= s_loss:
+            assert embed_norms[s] > 0, f"segment {s} is inside the horizon but got no gradient: {embed_norms}"
+        else:
+            assert embed_norms[s] == 0.0, f"gradient crossed the horizon to segment {s}: {embed_norms}"
+        if first <= s < s_loss:
+            assert mem_norms[s] > 0, f"memory written at {s} (within the horizon) got no gradient: {mem_norms}"
+        else:
+            assert mem_norms[s] == 0.0, f"memory written at {s} got gradient: {mem_norms}"
+    g = mm.mem_init.grad  # the window's initial memory is k or more segments back
+    assert g is None or float(g.abs().sum()) == 0.0
+
+
+def test_gradient_horizon_by_direct_calls() -> None:
+    """k segments in one call keep the graph; a detach between calls is the horizon."""
+    k = 2
+    model = rmt_model()
+    model.train()
+    embeds: list[torch.Tensor] = []
+    handle = model.embed.register_forward_hook(lambda _m, _i, out: (out.retain_grad(), embeds.append(out))[-1])
+    x = tokens(2 * k)
+    first = model(x[:, :k])
+    second = model(x[:, k:], first.state.detach())
+    second.logits[:, -1].square().mean().backward()
+    handle.remove()
+    norms = [0.0 if e.grad is None else float(e.grad.norm()) for e in embeds]
+    assert all(n > 0 for n in norms[k:]) and all(n == 0 for n in norms[:k]), norms
+
+    embeds.clear()  # without the detach the gradient reaches the first call: the test can fail
+    handle = model.embed.register_forward_hook(lambda _m, _i, out: (out.retain_grad(), embeds.append(out))[-1])
+    first = model(x[:, :k])
+    model(x[:, k:], first.state).logits[:, -1].square().mean().backward()
+    handle.remove()
+    assert all(e.grad is not None and float(e.grad.norm()) > 0 for e in embeds)
+
+
+def test_state_is_float32_under_autocast() -> None:
+    model = rmt_model()
+    with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        out = model(tokens(2))
+    assert out.state.model["mem"].dtype == torch.float32
+    h = torch.randn(B, P + N + P, 32, dtype=torch.bfloat16)  # a half-precision top layer
+    assert model.model_memory.leave(h, out.state.model)["mem"].dtype == torch.float32
+
+
+def test_footprint_total_is_carried_state_and_table1_matches_card() -> None:
+    model = rmt_model()
+    with torch.no_grad():
+        state = model(tokens(2)).state
+    parts = RecurrentMemory.footprint(model.memory_cfg, model.cfg, 2 * N)
+    assert state_numbers(state.all(), B) == parts["total"] == P * 32
+    assert parts["table1"] == 32 * P * 2 * 2
+    paper = ModelConfig(d_model=1024, n_layers=12, n_heads=8, segment_len=2048)
+    cfg = RMTConfig(n_mem_tokens=100)
+    assert RecurrentMemory.footprint(cfg, paper, 32768)["table1"] == 2_457_600  # Table 1: 2.5M
+    assert card_footprint(get_card("rmt"), paper, cfg, 32768) == 2_457_600
+
+
+def test_memory_carries_information_in_both_write_modes() -> None:
+    """Segment 0 reaches segment 2 only through the memory (the layers themselves are local)."""
+    for write_slots in ("memory", "learned"):
+        model = rmt_model(write_slots)
+        x = tokens(3)
+        y = x.clone()
+        y[:, 0, 2] = (y[:, 0, 2] + 50) % V
+        with torch.no_grad():
+            a, b = model(x), model(y)
+        assert float((a.logits[:, 2] - b.logits[:, 2]).abs().max()) > 1e-5
+        assert float((a.logits[:, 0, :2] - b.logits[:, 0, :2]).abs().max()) < 1e-6
+
+
+def test_bad_options_are_errors() -> None:
+    cfg = tiny_model(method="local").cfg
+    with pytest.raises(ValueError, match="n_mem_tokens"):
+        RecurrentMemory(RMTConfig(n_mem_tokens=0), cfg)
+    with pytest.raises(ValueError, match="write_slots"):
+        RecurrentMemory(RMTConfig(write_slots="both"), cfg)
