@@ -1,0 +1,48 @@
+"""The README stays true: its set-up commands are the ones CI runs, and its plugin example works."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    commands = [line for b in blocks for line in b.splitlines() if line.startswith("pip install torch==2.13.0")]
+    assert len(commands) == 2, commands
+    test_command = next(c for c in commands if "pytest" in c)
+    assert test_command in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_readme_plugin_example_registers_a_working_memory() -> None:
+    from memzoo.plugins import unregister_memory
+
+    text = README.read_text().split("## Register a memory", 1)[1]
+    code = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README example", "exec"), namespace)
+    try:
+        from conftest import tiny_model
+
+        model = tiny_model("my-decay")
+        x = torch.randint(0, 256, (2, 3, 8), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            one_shot = model(x)
+            state, parts = model.initial_state(2), []
+            for s in range(3):
+                out = model(x[:, s : s + 1], state)
+                state, parts = out.state, parts + [out.logits]
+            y = x.clone()
+            y[:, 0, 2] += 1
+            reach = (model(y).logits[:, 2] - one_shot.logits[:, 2]).abs().max()
+        assert torch.allclose(torch.cat(parts, 1), one_shot.logits, atol=1e-5)
+        assert reach > 0
+        assert model.spec.cls.footprint(model.memory_cfg, model.cfg, 0)["total"] == sum(
+            v.numel() for st in state.layers for v in st.values()) // 2
+    finally:
+        unregister_memory("my-decay")
