@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from memzoo.attention import KVPrefix
 from memzoo.memory import State
 
 
@@ -46,3 +47,28 @@ def fifo_push(state: State, new: dict[str, Tensor], new_valid: Tensor | None = N
 def slot_positions(capacity: int, device: torch.device, spacing: int = 1, offset: int = 0) -> Tensor:
     """Positions of C time-contiguous slots relative to the next segment's first token: [C]."""
     return (torch.arange(capacity, device=device) - capacity) * spacing - offset
+
+
+def kv_slot_shapes(n_heads: int, d_head: int) -> dict[str, tuple[int, ...]]:
+    """A key/value cache slot: one key and one value per head."""
+    return {"k": (n_heads, d_head), "v": (n_heads, d_head)}
+
+
+def kv_prefix(cache: State) -> KVPrefix | None:
+    """A key/value FIFO (k, v [B, C, H, D], valid [B, C]) as the prefix of local attention:
+    slot i at position i - C before the segment, empty slots masked. None when C = 0."""
+    capacity = cache["valid"].shape[1]
+    if capacity == 0:
+        return None
+    return KVPrefix(
+        k=cache["k"].transpose(1, 2),  # [B, H, C, D]
+        v=cache["v"].transpose(1, 2),
+        pos=slot_positions(capacity, cache["valid"].device),  # [C]: -C .. -1
+        valid=cache["valid"],
+    )
+
+
+def push_kv(cache: State, k: Tensor, v: Tensor) -> tuple[State, State]:
+    """Append a segment's keys and values (k, v [B, H, N, D]) with gradient stopped, in float32."""
+    new = {"k": k.transpose(1, 2).detach().float(), "v": v.transpose(1, 2).detach().float()}  # [B, N, H, D]
+    return fifo_push(cache, new)

@@ -101,7 +101,6 @@ def test_gate_starts_unsaturated_and_has_its_own_optimiser_settings() -> None:
     model = tiny_model("infini-linear")
     gates = [m.gate_values() for m in model.memories]
     assert all(torch.allclose(g, torch.full_like(g, 0.5)) for g in gates)
-    from memzoo.config import ModelConfig  # noqa: F401
     from memzoo.model import MemoryModel
 
     cfg = InfiniConfig(gate_lr_mult=10.0, gate_weight_decay=0.0)

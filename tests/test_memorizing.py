@@ -17,7 +17,6 @@ from memzoo.memories.memorizing import (
     knn_exact,
     knn_faiss,
     knn_layer_index,
-    substate,
 )
 from memzoo.memory import LayerInputs, state_numbers
 

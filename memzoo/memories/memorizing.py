@@ -47,9 +47,8 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
-from memzoo.attention import KVPrefix
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, fifo_reset, slot_positions
+from memzoo.fifo import fifo_init, fifo_push, kv_prefix, kv_slot_shapes, push_kv
 from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -190,7 +189,7 @@ class MemorizingXL(LayerMemory):
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """An empty XL cache: cache_k, cache_v [B, mem_len, H, D] float32, cache_valid [B, mem_len]."""
-        shapes = {"k": (self.n_heads, self.d_head), "v": (self.n_heads, self.d_head)}
+        shapes = kv_slot_shapes(self.n_heads, self.d_head)
         return prefixed("cache_", fifo_init(batch_size, self.cfg.mem_len, shapes, device, torch.float32))
 
     def reset_rows(self, state: State, rows: Tensor) -> State:
@@ -200,21 +199,8 @@ class MemorizingXL(LayerMemory):
     def local(self, x: SegmentInputs, state: State) -> tuple[Tensor, State]:
         """Causal attention over [XL cache; segment] with RoPE, then push the segment (SG) into the cache."""
         cache = substate(state, "cache_")
-        capacity = cache["valid"].shape[1]
-        prefix = None
-        if capacity:
-            prefix = KVPrefix(
-                k=rearrange(cache["k"], "b c h d -> b h c d"),
-                v=rearrange(cache["v"], "b c h d -> b h c d"),
-                pos=slot_positions(capacity, x.q.device),  # [C]: -C .. -1
-                valid=cache["valid"],  # [B, C]: empty slots masked
-            )
-        out = x.attend(x.q, x.k, x.v, prefix=prefix)  # [B, H, N, D]
-        new = {
-            "k": rearrange(x.k, "b h n d -> b n h d").detach().float(),  # [B, N, H, D]
-            "v": rearrange(x.v, "b h n d -> b n h d").detach().float(),
-        }
-        cache, _ = fifo_push(cache, new)
+        out = x.attend(x.q, x.k, x.v, prefix=kv_prefix(cache))  # [B, H, N, D]
+        cache, _ = push_kv(cache, x.k, x.v)
         return out, {**state, **prefixed("cache_", cache)}
 
     def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:

@@ -32,12 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from einops import rearrange
 from torch import Tensor
 
 from memzoo.attention import KVPrefix
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, fifo_reset, slot_positions
+from memzoo.fifo import fifo_init, fifo_push, fifo_reset, kv_prefix, kv_slot_shapes, push_kv, slot_positions
 from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -67,7 +66,7 @@ class TransformerXL(LayerMemory):
     def _slot_shapes(self) -> dict[str, tuple[int, ...]]:
         """What one memory slot holds: a key and a value per head, or one hidden state."""
         if self.cfg.cache == "kv":
-            return {"k": (self.n_heads, self.d_head), "v": (self.n_heads, self.d_head)}
+            return kv_slot_shapes(self.n_heads, self.d_head)
         return {"h": (self.model_cfg.d_model,)}
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
@@ -86,32 +85,19 @@ class TransformerXL(LayerMemory):
             return {"total": table1}
         return {"total": model.d_model * cfg.mem_len * model.n_layers, "table1": table1}
 
-    def _memory_kv(self, x: SegmentInputs, state: State) -> tuple[Tensor, Tensor]:
-        """The memory's keys and values without positional encoding: 2 x [B, H, C, D]."""
+    def _prefix(self, x: SegmentInputs, state: State) -> KVPrefix:
+        """The memory as keys/values before the segment (no positional encoding stored)."""
         if self.cfg.cache == "kv":
-            to_heads = lambda t: rearrange(t, "b c h d -> b h c d")  # noqa: E731
-            return to_heads(state["k"]), to_heads(state["v"])
-        return x.project_kv(state["h"].to(x.h.dtype))  # current W_K, W_V on cached hidden states
+            return kv_prefix(state)
+        mem_k, mem_v = x.project_kv(state["h"].to(x.h.dtype))  # current W_K, W_V on cached hidden states
+        return KVPrefix(mem_k, mem_v, slot_positions(state["valid"].shape[1], x.q.device), state["valid"])
 
     def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
         """Attend over [memory_s; segment] (causal), then push the segment into the memory (SG)."""
-        capacity = state["valid"].shape[1]
-        mem_k, mem_v = self._memory_kv(x, state)  # [B, H, C, D] each
-        prefix = KVPrefix(
-            k=mem_k,
-            v=mem_v,
-            pos=slot_positions(capacity, x.q.device),  # [C]: -C .. -1, before the segment's 0
-            valid=state["valid"],  # [B, C]: empty slots masked
-        )
-        out = x.attend(x.q, x.k, x.v, prefix=prefix)  # [B, H, N, D]
-
+        out = x.attend(x.q, x.k, x.v, prefix=self._prefix(x, state))  # [B, H, N, D]
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             if self.cfg.cache == "kv":
-                new = {
-                    "k": rearrange(x.k, "b h n d -> b n h d").detach().float(),  # [B, N, H, D]
-                    "v": rearrange(x.v, "b h n d -> b n h d").detach().float(),
-                }
+                state, _evicted = push_kv(state, x.k, x.v)  # keep the newest mem_len slots
             else:
-                new = {"h": x.h.detach().float()}  # [B, N, d_model]
-            state, _evicted = fifo_push(state, new)  # keep the newest mem_len slots
+                state, _evicted = fifo_push(state, {"h": x.h.detach().float()})  # [B, N, d_model]
         return out, state, zero_loss(x.q)
