@@ -134,7 +134,8 @@ def footprint_table(cfg: DictConfig, measure: bool = True) -> list[dict[str, Any
     Memorizing Transformer; configs/paper/table1.yaml says so)."""
     methods = dict(cfg.methods) if cfg.methods else {cfg.memory.name: dict(cfg.memory)}
     reference = cfg.footprint_reference
-    rows = [footprint_row(cfg, name, opts, measure) for name, opts in methods.items()]
+    bar = tqdm(methods.items(), desc="footprint", disable=not measure, leave=False)
+    rows = [footprint_row(cfg, name, opts, measure) for name, opts in bar]
     ref = next((r for r in rows if r["method"] == reference), None)
     for r in rows:
         count = r.get("card")
