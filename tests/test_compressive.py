@@ -161,7 +161,7 @@ def test_eviction_order_compression_capacity_pending_and_reset(compression: str,
 
 def test_mean_pooling_by_hand_and_conv_starts_as_mean() -> None:
     """Six states 0..5 (value t in every channel), mem_len 2, c 2: cm = [0.5, 2.5], m = [4, 5]."""
-    for compression in ("mean", "conv"):
+    for compression in ("mean", "conv", "depthwise-conv"):
         mem = plugin(2, 4, 2, compression)
         h = torch.arange(6.0)[None, :, None].expand(B, 6, H * D)
         state = step(mem, h, mem.initial_state(B, torch.device("cpu")), torch.zeros(B, dtype=torch.bool))

@@ -56,7 +56,7 @@ from memzoo.fifo import fifo_init, fifo_push, slot_positions
 from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
-COMPRESSIONS = ("conv", "mean", "max")
+COMPRESSIONS = ("conv", "depthwise-conv", "mean", "max")
 PARTS = ("mem", "cmem", "pend")  # FIFO memory, compressed memory, pending (not yet compressed)
 
 
@@ -65,7 +65,9 @@ class CompressiveConfig:
     mem_len: int = 2048  # n_m: hidden states kept in the FIFO memory per layer
     cmem_len: int = 2048  # n_cm: compressed slots kept per layer
     compression_rate: int = 2  # c: evicted states per compressed slot
-    compression: str = "conv"  # conv (Conv1d, kernel = stride = c; initialised as mean pooling) | mean | max
+    # conv (Conv1d, kernel = stride = c; initialised as mean pooling) | depthwise-conv (one filter per
+    # channel: d_model·c parameters instead of c·d_model², for parameter-matched comparisons) | mean | max
+    compression: str = "conv"
     reconstruction_loss: bool = True  # train the conv compressor with the attention-reconstruction loss
 
 
@@ -75,15 +77,19 @@ class Compressor(nn.Module):
     def __init__(self, kind: str, d_model: int, rate: int):
         super().__init__()
         self.kind, self.rate = kind, rate
-        if kind == "conv":
-            self.conv = nn.Conv1d(d_model, d_model, kernel_size=rate, stride=rate)
+        if kind in ("conv", "depthwise-conv"):
+            groups = d_model if kind == "depthwise-conv" else 1
+            self.conv = nn.Conv1d(d_model, d_model, kernel_size=rate, stride=rate, groups=groups)
             with torch.no_grad():  # start as mean pooling (the paper gives no initialisation)
-                self.conv.weight.copy_(torch.eye(d_model)[:, :, None].expand(-1, -1, rate) / rate)
+                if groups == 1:
+                    self.conv.weight.copy_(torch.eye(d_model)[:, :, None].expand(-1, -1, rate) / rate)
+                else:
+                    self.conv.weight.fill_(1.0 / rate)  # [d_model, 1, c]
                 self.conv.bias.zero_()
 
     def forward(self, x: Tensor) -> Tensor:
         """x: [B, G·c, d] (time-ordered) -> [B, G, d]."""
-        if self.kind == "conv":
+        if self.kind in ("conv", "depthwise-conv"):
             return rearrange(self.conv(rearrange(x, "b t d -> b d t")), "b d g -> b g d")
         groups = rearrange(x, "b (g c) d -> b g c d", c=self.rate)  # [B, G, c, d]
         return groups.mean(dim=2) if self.kind == "mean" else groups.amax(dim=2)
