@@ -8,6 +8,7 @@ count; the plugin's `footprint()` computes its own, and a test holds the two tog
 from __future__ import annotations
 
 import ast
+import math
 import dataclasses
 import operator
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ def evaluate_formula(expr: str, symbols: dict[str, Any]) -> float:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
             return node.value
         if isinstance(node, ast.Name):
-            if node.id not in symbols or symbols[node.id] is None:
+            if node.id not in symbols or symbols[node.id] is None:  # a card default of null counts as unset
                 raise KeyError(f"footprint formula {expr!r} uses {node.id!r}, which the config does not define")
             return symbols[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
@@ -78,6 +79,8 @@ def formula_symbols(model: ModelConfig, memory_cfg: Any, input_len: int, card: O
     symbols.update(d_head=model.d_head, d_key=model.d_head, d_value=model.d_head, input_len=input_len)
     options = dataclasses.asdict(memory_cfg) if dataclasses.is_dataclass(memory_cfg) else dict(memory_cfg or {})
     symbols.update({k: v for k, v in options.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    # An option left at None means "unbounded" (e.g. full's max_len): infinity, so min() ignores it.
+    symbols.update({k: math.inf for k, v in options.items() if v is None and k in symbols | options})
     return symbols
 
 

@@ -64,7 +64,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     grad_clip: float = 1.0
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; memory state stays float32)
+    precision: str = "fp32"  # fp32 | bf16 (autocast; memory state stays float32)
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch threads on CPU; 0 = torch's default
     checkpoint_every: int = 100
@@ -165,10 +165,25 @@ def resolve(cfg: DictConfig) -> DictConfig:
         if method in registered() or not _has_card(method):
             memory_config(method, options)  # validate early; raises naming the key or listing methods
     m = cfg.model
-    if m.d_model % m.n_heads:
-        raise ConfigError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}")
-    if cfg.train.precision not in ("fp32", "bf16", "fp16"):
-        raise ConfigError(f"train.precision={cfg.train.precision!r}; expected fp32, bf16 or fp16")
+    for key in ("vocab_size", "d_model", "n_layers", "n_heads", "segment_len"):
+        if m[key] < 1:
+            raise ConfigError(f"model.{key}={m[key]}; expected a positive integer")
+    if m.d_model % m.n_heads or (m.d_model // m.n_heads) % 2:
+        raise ConfigError(
+            f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads} into an even head width (RoPE rotates pairs)"
+        )
+    for key in ("valid_fraction", "test_fraction"):
+        if not 0 <= cfg.data[key] < 1:
+            raise ConfigError(f"data.{key}={cfg.data[key]}; expected a fraction in [0, 1)")
+    if cfg.data.valid_fraction + cfg.data.test_fraction >= 1:
+        raise ConfigError("data.valid_fraction + data.test_fraction must leave documents for training")
+    for key in ("steps", "batch_size", "window_segments"):
+        if cfg.train[key] < 1:
+            raise ConfigError(f"train.{key}={cfg.train[key]}; expected a positive integer")
+    if cfg.train.precision not in ("fp32", "bf16"):
+        raise ConfigError(
+            f"train.precision={cfg.train.precision!r}; expected fp32 or bf16 (fp16 would need loss scaling; use bf16)"
+        )
     if cfg.model.attention_backend not in ("auto", "sdpa", "xformers"):
         raise ConfigError(f"model.attention_backend={cfg.model.attention_backend!r}; expected auto, sdpa or xformers")
     if cfg.train.bptt_segments < 1 or cfg.train.window_segments % cfg.train.bptt_segments:
@@ -191,7 +206,13 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
         layers.append(_load_yaml_chain(preset_path(name_or_path)))
     if overrides:
         layers.append(_parse_overrides(overrides))
-    # `memory` is free-form in the schema; replace rather than merge when the method changes.
+    # `memory` is free-form in the schema: when an override changes the method, the preset's
+    # options belong to the old method and are dropped, not merged into the new one.
+    if overrides and layers and "memory" in layers[0]:
+        new_name = OmegaConf.select(layers[-1], "memory.name")
+        if new_name is not None and new_name != layers[0].memory.get("name"):
+            layers[0] = OmegaConf.merge(layers[0], {})
+            layers[0].memory = {"name": new_name}
     cfg = _merge_checked(schema, *layers, where="")
     return resolve(cfg)
 

@@ -58,6 +58,8 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
         cnt_by_seg.index_add_(0, seg[ok], count[ok])
         tokens += int(count.sum())
     elapsed = time.perf_counter() - start
+    if tokens == 0:
+        raise ValueError("evaluation saw no token to predict (documents shorter than two bytes?)")
     used = cnt_by_seg > 0
     by_seg = (nll_by_seg[used] / cnt_by_seg[used] / LN2).tolist()
     return {
@@ -75,6 +77,11 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
 
 def split_docs(cfg: DictConfig, split: str) -> list:
     docs = split_documents(load_documents(cfg.data), cfg.data)[split]
+    if not docs:
+        raise ValueError(
+            f"the {split!r} split of data.source={cfg.data.source!r} has no document; add documents or raise "
+            f"data.{split}_fraction (the split is by a hash of each document's name)"
+        )
     return docs[: cfg.eval.max_docs] if cfg.eval.max_docs else docs
 
 

@@ -22,8 +22,9 @@ def fifo_init(batch_size: int, capacity: int, shapes: dict[str, tuple[int, ...]]
 
 
 def fifo_reset(state: State, rows: Tensor) -> State:
-    """Clear the rows marked in `rows` [B] (their slots become invalid)."""
-    return {**state, "valid": state["valid"] & ~rows[:, None]}
+    """Clear the rows marked in `rows` [B]: every bool `*valid` mask of the state (one per buffer,
+    e.g. `valid`, `store_valid`) loses those rows' slots, so they are masked from then on."""
+    return {k: v & ~rows[:, None] if k.endswith("valid") and v.dtype == torch.bool else v for k, v in state.items()}
 
 
 def fifo_push(state: State, new: dict[str, Tensor], new_valid: Tensor | None = None) -> tuple[State, State]:

@@ -45,6 +45,12 @@ class LayerInputs:
     # `project_kv(h, fixed_weights=True)` treats W_K, W_V as constants (gradient to h only).
     project_kv: Callable[..., tuple[Tensor, Tensor]]
 
+    def local_attention(self) -> Tensor:
+        """Causal attention within each segment, all S segments at once: [B, S, H, N, D]."""
+        b, s, h, n, d = self.q.shape
+        flat = lambda t: t.reshape(b * s, h, n, d)  # noqa: E731  segments are independent here
+        return self.attend(flat(self.q), flat(self.k), flat(self.v)).view(b, s, h, n, d)
+
     def segment(self, s: int) -> "SegmentInputs":
         return SegmentInputs(self.h[:, s], self.q[:, s], self.k[:, s], self.v[:, s], self.attend, self.project_kv)
 
@@ -100,6 +106,10 @@ class _Memory(nn.Module):
             return state
         batch = rows.shape[0]
         return where_rows(rows, self.initial_state(batch, rows.device), state)
+
+    def gate_values(self) -> Optional[Tensor]:
+        """Per-head mixing weights toward memory (0 = local only, 1 = memory only), if the method has any."""
+        return None
 
     @classmethod
     def footprint(cls, cfg: Any, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
@@ -168,14 +178,35 @@ class NoMemory(LayerMemory):
     has_memory = False
 
     def forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
-        b, s, h, n, d = x.q.shape
-        flat = lambda t: t.reshape(b * s, h, n, d)  # noqa: E731  segments are independent
-        out = x.attend(flat(x.q), flat(x.k), flat(x.v)).view(b, s, h, n, d)
-        return out, state, zero_loss(x.q)
+        return x.local_attention(), state, zero_loss(x.q)
 
     @classmethod
     def footprint(cls, cfg: Any, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
         return {"total": 0}
+
+
+class HeadGate(nn.Module):
+    """A learned scalar per head mixing a memory readout with local attention:
+    out = sigmoid(β) ⊙ A_mem + (1 − sigmoid(β)) ⊙ A_dot (Infini's β, Memorizing's b).
+
+    β starts at `init` (0: sigmoid 0.5, unsaturated); its learning-rate multiplier and weight decay
+    are separate optimiser settings (decay pulls gates towards 0.5).
+    """
+
+    def __init__(self, n_heads: int, init: float = 0.0, lr_mult: float = 1.0, weight_decay: float = 0.0):
+        super().__init__()
+        self.beta = nn.Parameter(torch.full((n_heads,), float(init)))  # [H]
+        self.optim_overrides = {"beta": {"lr_mult": float(lr_mult), "weight_decay": float(weight_decay)}}
+
+    def forward(self, a_mem: Tensor, a_dot: Tensor, head_dim: int = -3) -> Tensor:
+        """Mix along the head axis `head_dim` of [..., H, N, D] tensors."""
+        shape = [1] * a_dot.dim()
+        shape[head_dim] = -1
+        g = torch.sigmoid(self.beta).view(shape)
+        return g * a_mem.to(a_dot.dtype) + (1 - g) * a_dot
+
+    def values(self) -> Tensor:
+        return torch.sigmoid(self.beta.detach())
 
 
 def state_numbers(states: list[State], batch_size: int) -> int:

@@ -164,8 +164,18 @@ class MemoryModel(nn.Module):
         b, s, n = tokens.shape
         if n > self.cfg.segment_len:
             raise ValueError(f"segments of {n} tokens exceed model.segment_len={self.cfg.segment_len}")
+        if tokens.dtype not in (torch.int64, torch.int32) or (tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < self.cfg.vocab_size):
+            raise ValueError(f"tokens must be integer ids in [0, {self.cfg.vocab_size}); got dtype {tokens.dtype}")
         state = state if state is not None else self.initial_state(b, tokens.device)
         reset = reset if reset is not None else torch.zeros(b, s, dtype=torch.bool, device=tokens.device)
+        if reset.shape != (b, s) or reset.dtype != torch.bool:
+            raise ValueError(f"reset must be a bool tensor of shape [B, S] = {[b, s]}; got {reset.dtype} {list(reset.shape)}")
+        if len(state.layers) != len(self.blocks):
+            raise ValueError(f"state has {len(state.layers)} layer states for a {len(self.blocks)}-layer model")
+        for st in (*state.layers, state.model):
+            for key, value in st.items():
+                if value.shape[0] != b:
+                    raise ValueError(f"state tensor {key!r} is for batch size {value.shape[0]}, tokens have {b} rows")
         if self.model_memory is None:
             return self._layer_major(tokens, state, reset)
         return self._segment_major(tokens, state, reset)

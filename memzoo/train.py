@@ -39,8 +39,7 @@ def pick_device(name: str) -> torch.device:
 def autocast_context(precision: str, device: torch.device):
     if precision == "fp32":
         return contextlib.nullcontext()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 def build_model(cfg: DictConfig) -> MemoryModel:
@@ -102,9 +101,12 @@ def _atomic_save(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(run_dir: Path, model: MemoryModel, optimizer: torch.optim.Optimizer, step: int) -> None:
+def save_checkpoint(run_dir: Path, model: MemoryModel, optimizer: torch.optim.Optimizer, step: int,
+                    rng: Optional[torch.Tensor] = None) -> None:
+    """Atomically write the state after `step` completed steps (rng: the RNG state to resume with)."""
     _atomic_save(
-        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "rng": torch.get_rng_state()},
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+         "rng": torch.get_rng_state() if rng is None else rng},
         run_dir / "checkpoint.pt",
     )
 
@@ -123,6 +125,16 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     if (run_dir / "checkpoint.pt").is_file():
         model.load_state_dict(load_checkpoint(run_dir, device)["model"])
     return cfg, model
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop logged rows past the checkpoint a run resumes from (they will be logged again)."""
+    if not path.is_file():
+        return
+    rows = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in rows if json.loads(line).get("step", 0) <= step]
+    if len(kept) != len(rows):
+        path.write_text("".join(line + "\n" for line in kept))
 
 
 def run_dir_for(cfg: DictConfig) -> Path:
@@ -165,6 +177,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         optimizer.load_state_dict(ckpt["optimizer"])
         torch.set_rng_state(ckpt["rng"])
         step = int(ckpt["step"])
+        _truncate_metrics(run_dir / "metrics.jsonl", step)
 
     docs = split_documents(load_documents(cfg.data), cfg.data)
     sampler = WindowSampler(docs["train"], cfg.model.segment_len, cfg.seed)
@@ -172,9 +185,11 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     bar = tqdm(total=tc.steps, initial=step, desc=f"train {cfg.name}", disable=not progress, dynamic_ncols=True)
     model.train()
     in_update = False  # True while optimizer.step() may have changed some parameters but not all
+    rng_at_step_start: Optional[torch.Tensor] = None  # None between steps
     t_last, tokens_since = time.perf_counter(), 0
     try:
         while step < tc.steps:
+            rng_at_step_start = torch.get_rng_state()
             batch = sampler.sample(step, tc.batch_size, tc.window_segments).to(device)
             lr = lr_at(step, tc)
             for group in optimizer.param_groups:
@@ -184,7 +199,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             in_update = True
             optimizer.step()
             step += 1
-            in_update = False
+            in_update, rng_at_step_start = False, None
             optimizer.zero_grad(set_to_none=True)
             tokens_since += res.tokens
             bpb = res.nll_sum / max(res.tokens, 1) / LN2
@@ -207,7 +222,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         # Keep what was done: the weights are those of the last completed step (a step cut off
         # inside optimizer.step() is not saved; the previous checkpoint stands).
         if step > 0 and not in_update:
-            save_checkpoint(run_dir, model, optimizer, step)
+            save_checkpoint(run_dir, model, optimizer, step, rng=rng_at_step_start)
         raise
     finally:
         bar.close()

@@ -23,6 +23,22 @@ TINY_OPTIONS: dict[str, dict] = {
 
 METHODS = sorted(registered())
 
+# Option variants that take different code paths; the invariants run on each of them too.
+VARIANTS: list[tuple[str, str, dict]] = [
+    ("full-window", "full", {"max_len": 12}),
+    ("xl-hidden", "xl", {"mem_len": 12, "cache": "hidden"}),
+    ("infini-linear-loop", "infini-linear", {"vectorized": False}),
+    ("infini-delta-skip", "infini-delta", {"first_read": "skip"}),
+    ("compressive-mean", "compressive", {"mem_len": 8, "cmem_len": 4, "compression_rate": 2, "compression": "mean"}),
+    ("compressive-dconv", "compressive", {"mem_len": 4, "cmem_len": 4, "compression_rate": 2,
+                                          "compression": "depthwise-conv"}),
+    ("memorizing-small-store", "memorizing", {"store_size": 12, "mem_len": 0, "top_k": 2}),
+    ("rmt-learned-write", "rmt", {"n_mem_tokens": 2, "write_slots": "learned"}),
+    ("infty-former-sticky", "infty-former", {"n_basis": 8, "kv_weights": "layer", "sticky_memories": True}),
+]
+# (id, method, options): every registered method at its tiny options, then the variants.
+CASES = [(m, m, TINY_OPTIONS.get(m, {})) for m in METHODS] + [v for v in VARIANTS if v[1] in METHODS]
+
 
 def tiny_model_config(**kw) -> ModelConfig:
     base = dict(d_model=32, n_layers=2, n_heads=2, segment_len=8, mlp_ratio=2.0)
@@ -30,15 +46,15 @@ def tiny_model_config(**kw) -> ModelConfig:
     return ModelConfig(**base)
 
 
-def tiny_memory_config(method: str):
-    return get_memory(method).config(**TINY_OPTIONS.get(method, {}))
+def tiny_memory_config(method: str, options: dict | None = None):
+    return get_memory(method).config(**(TINY_OPTIONS.get(method, {}) if options is None else options))
 
 
-def tiny_model(method: str, seed: int = 0, **kw):
+def tiny_model(method: str, seed: int = 0, options: dict | None = None, **kw):
     from memzoo.model import MemoryModel
 
     torch.manual_seed(seed)
-    model = MemoryModel(tiny_model_config(**kw), method, tiny_memory_config(method))
+    model = MemoryModel(tiny_model_config(**kw), method, tiny_memory_config(method, options))
     model.eval()
     return model
 

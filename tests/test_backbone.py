@@ -18,10 +18,16 @@ def test_backbone_names_no_method() -> None:
     import memzoo
 
     root = Path(memzoo.__file__).parent
-    for name in ("model.py", "attention.py", "memory.py", "train.py", "evaluate.py", "data.py"):
+    from memzoo.plugins import registered
+
+    classes = {spec.cls.__name__ for spec in registered().values()} - {"NoMemory"}
+    for name in ("model.py", "attention.py", "memory.py", "train.py", "evaluate.py", "data.py", "compare.py"):
         text = (root / name).read_text()
         for method in METHODS:
             assert not re.search(rf"[\"']{re.escape(method)}[\"']", text), f"{name} names the method {method!r}"
+        for cls in classes:
+            assert not re.search(rf"\b{cls}\b", text), f"{name} refers to the plugin class {cls}"
+        assert "memzoo.memories." not in text, f"{name} imports a plugin module"
 
 
 @pytest.mark.parametrize("method", ["infini-delta", "full"])

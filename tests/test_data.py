@@ -54,7 +54,7 @@ def test_stream_covers_every_byte_once_with_resets_at_document_starts(tmp_path: 
 def test_windows_are_deterministic_in_seed_and_step() -> None:
     from memzoo.data import Document
 
-    docs = [Document(f"d{i}", bytes([i % 256]) * (30 + 11 * i)) for i in range(6)]
+    docs = [Document(f"d{i}", bytes((i * 7 + t) % 251 for t in range(30 + 11 * i))) for i in range(6)]
     s1 = WindowSampler(docs, 8, seed=3).sample(step=5, batch_size=4, window_segments=6)
     s2 = WindowSampler(docs, 8, seed=3).sample(step=5, batch_size=4, window_segments=6)
     s3 = WindowSampler(docs, 8, seed=3).sample(step=6, batch_size=4, window_segments=6)
@@ -65,6 +65,16 @@ def test_windows_are_deterministic_in_seed_and_step() -> None:
         for s in range(5):
             if not s1.reset[b, s + 1] and s1.mask[b, s].all():
                 assert s1.targets[b, s, -1] == s1.tokens[b, s + 1, 0]
-    # A reset marks where a new document starts at segment 0.
-    assert (s1.seg_index[s1.reset] == s1.seg_index[s1.reset].clamp(max=10**6)).all()
+    # A reset inside the window starts a document at its first segment.
     assert (s1.seg_index[:, 1:][s1.reset[:, 1:]] == 0).all()
+    # Every segment holds exactly the bytes of its document at its index: find the document by content.
+    for b in range(4):
+        for s in range(6):
+            j, m = int(s1.seg_index[b, s]), s1.mask[b, s]
+            matches = [d for d in docs if len(d.data) > j * 8 + 1 and
+                       bytes(s1.tokens[b, s][m].tolist()) == d.data[j * 8 : j * 8 + int(m.sum())] and
+                       bytes(s1.targets[b, s][m].tolist()) == d.data[j * 8 + 1 : j * 8 + 1 + int(m.sum())]]
+            assert matches, f"row {b} segment {s} is not segment {j} of any document"
+    # Windows may start inside a document (state fresh, reset set).
+    starts = [int(WindowSampler(docs, 8, seed=3).sample(step, 1, 2).seg_index[0, 0]) for step in range(30)]
+    assert any(j > 0 for j in starts)

@@ -26,7 +26,7 @@ def plugin(rule: str, first_read: str = "zeros", vectorized: bool = True) -> Inf
     model_cfg = tiny_model_config(d_model=H * D, n_heads=H)
     mem = InfiniAttention(InfiniConfig(rule=rule, first_read=first_read, vectorized=vectorized), model_cfg, 0)
     with torch.no_grad():
-        mem.gate.copy_(torch.tensor([0.7, -1.2]))
+        mem.gate.beta.copy_(torch.tensor([0.7, -1.2]))
     return mem
 
 
@@ -44,14 +44,14 @@ def test_matches_naive_reference_values_and_gradients(rule: str, first_read: str
     q, k, v, reset = inputs()
     mem = plugin(rule, first_read, vectorized)
     out, state = run_plugin(mem, q, k, v, reset)
-    ref, ref_m, ref_z = infini_reference(q, k, v, mem.gate, reset, rule, first_read)
+    ref, ref_m, ref_z = infini_reference(q, k, v, mem.gate.beta, reset, rule, first_read)
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-4)
     assert torch.allclose(state["M"], ref_m, atol=1e-4, rtol=1e-4)
     assert torch.allclose(state["z"], ref_z, atol=1e-4, rtol=1e-4)
 
     w = torch.randn_like(out)
-    grads = torch.autograd.grad((out * w).sum() + state["M"].sum() * 1e-3, (q, k, v, mem.gate))
-    ref_grads = torch.autograd.grad((ref * w).sum() + ref_m.sum() * 1e-3, (q, k, v, mem.gate))
+    grads = torch.autograd.grad((out * w).sum() + state["M"].sum() * 1e-3, (q, k, v, mem.gate.beta))
+    ref_grads = torch.autograd.grad((ref * w).sum() + ref_m.sum() * 1e-3, (q, k, v, mem.gate.beta))
     for name, g, r in zip("q k v gate".split(), grads, ref_grads):
         assert torch.allclose(g, r, atol=1e-4, rtol=1e-3), f"gradient of {name} differs from the reference"
 
@@ -83,8 +83,19 @@ def test_delta_rule_leaves_stored_binding_unchanged() -> None:
     assert not torch.allclose(m_lin, m1, atol=1e-3), "the linear rule does write it again (control)"
 
 
-def test_memory_reads_queries_without_positional_encoding() -> None:
-    """Permuting a previous segment's tokens (same key/value multiset) leaves the memory read unchanged."""
+def test_memory_path_has_no_positional_encoding() -> None:
+    """The memory read ignores positions: the same query at two positions of a segment reads the same
+    value (gate forced to memory), and permuting a previous segment's tokens leaves M unchanged."""
+    mem = plugin("linear")
+    with torch.no_grad():
+        mem.gate.beta.fill_(30.0)  # sigmoid(30) = 1: the output is A_mem
+    q, k, v, reset = inputs()
+    q = q.detach().clone()
+    q[:, 1, :, 5] = q[:, 1, :, 1]  # segment 1: the query at position 5 repeats the one at position 1
+    with torch.no_grad():
+        out, _ = run_plugin(mem, q, k, v, reset)
+    assert torch.allclose(out[:, 1, :, 5], out[:, 1, :, 1], atol=1e-5)
+
     mem = plugin("linear")
     q, k, v, reset = inputs()
     reset[:] = False
@@ -106,7 +117,7 @@ def test_gate_starts_unsaturated_and_has_its_own_optimiser_settings() -> None:
     cfg = InfiniConfig(gate_lr_mult=10.0, gate_weight_decay=0.0)
     model = MemoryModel(tiny_model_config(), "infini-linear", cfg)
     groups = model.optim_groups(weight_decay=0.1, lr=1e-3)
-    gate_ids = {id(m.gate) for m in model.memories}
+    gate_ids = {id(m.gate.beta) for m in model.memories}
     for g in groups:
         ids = {id(p) for p in g["params"]}
         if ids & gate_ids:

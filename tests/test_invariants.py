@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import METHODS, tiny_model
+from conftest import CASES, METHODS, tiny_model
 from memzoo.catalog import card_footprint, load_cards
 from memzoo.data import Batch
 from memzoo.memory import state_numbers
@@ -22,10 +22,11 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max())
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_causality(method: str) -> None:
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_causality(case: tuple) -> None:
     """Changing tokens at positions >= t changes no output at positions < t (t inside segment 1)."""
-    model = tiny_model(method)
+    _, method, options = case
+    model = tiny_model(method, options=options)
     x = tokens()
     t = N + 3
     y = x.clone().view(B, S * N)
@@ -38,10 +39,11 @@ def test_causality(method: str) -> None:
     assert max_diff(a[:, t:], b[:, t:]) > 1e-4, "the change had no effect at all (vacuous test)"
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_reach(method: str) -> None:
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_reach(case: tuple) -> None:
     """A token two whole segments back changes the current output iff the method has memory."""
-    model = tiny_model(method)
+    _, method, options = case
+    model = tiny_model(method, options=options)
     x = tokens()
     y = x.clone()
     y[:, 0, 3] = (y[:, 0, 3] + 101) % V
@@ -53,10 +55,11 @@ def test_reach(method: str) -> None:
         assert diff == 0.0, f"{method} has no memory but segment 0 changed segment 2 (diff {diff:.2e})"
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_streaming_equals_one_shot(method: str) -> None:
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_streaming_equals_one_shot(case: tuple) -> None:
     """Segment by segment through the state API == one call over all segments (with a reset)."""
-    model = tiny_model(method)
+    _, method, options = case
+    model = tiny_model(method, options=options)
     x = tokens()
     reset = torch.zeros(B, S, dtype=torch.bool)
     reset[1, 2] = True
@@ -70,10 +73,11 @@ def test_streaming_equals_one_shot(method: str) -> None:
     assert max_diff(torch.cat(parts, dim=1), one_shot) < 1e-4
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_partial_last_segment(method: str) -> None:
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_partial_last_segment(case: tuple) -> None:
     """A final segment shorter than N gives the same outputs as the start of the full segment."""
-    model = tiny_model(method)
+    _, method, options = case
+    model = tiny_model(method, options=options)
     x = tokens(s=3)
     with torch.no_grad():
         full = model(x).logits
@@ -82,10 +86,11 @@ def test_partial_last_segment(method: str) -> None:
     assert max_diff(part[:, 0], full[:, 2, :5]) < 1e-4
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_reset_equals_fresh_state(method: str) -> None:
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_reset_equals_fresh_state(case: tuple) -> None:
     """After a document boundary a row's outputs equal those of a fresh state; other rows keep memory."""
-    model = tiny_model(method)
+    _, method, options = case
+    model = tiny_model(method, options=options)
     x = tokens()
     reset = torch.zeros(B, S, dtype=torch.bool)
     reset[0, 2] = True
@@ -97,11 +102,12 @@ def test_reset_equals_fresh_state(method: str) -> None:
         assert max_diff(with_reset[1, 2:], fresh[1]) > 1e-5, "a row without a boundary lost its memory"
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 @pytest.mark.parametrize("segments", [1, 3])
-def test_footprint_measured_analytic_card(method: str, segments: int) -> None:
+def test_footprint_measured_analytic_card(case: tuple, segments: int) -> None:
     """Numbers in a real state == the plugin's formula == the card's formula on the same config."""
-    model = tiny_model(method)
+    _, method, options = case
+    model = tiny_model(method, options=options)
     with torch.no_grad():
         state = model(tokens(s=segments)).state
     measured = state_numbers(state.all(), B)
@@ -114,12 +120,16 @@ def test_footprint_measured_analytic_card(method: str, segments: int) -> None:
     assert card_footprint(card, model.cfg, model.memory_cfg, segments * N) == expected
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_gradient_horizon(method: str) -> None:
-    """Truncated BPTT over k segments: the loss at segment s reaches segment s-k+1's inputs (when
-    the method carries gradient through its state) and never segment s-k."""
-    k, s_loss = 2, 3
-    model = tiny_model(method)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("s_loss", [3, 2], ids=["block-end", "block-start"])
+def test_gradient_horizon(case: tuple, s_loss: int) -> None:
+    """Truncated BPTT in blocks of k segments (the state is detached between blocks): the loss at
+    segment s reaches back to its block's first segment when the method carries gradient through its
+    state, and never into the previous block. At a block's last segment that is s-k+1 and not s-k."""
+    _, method, options = case
+    k = 2
+    block_start = (s_loss // k) * k
+    model = tiny_model(method, options=options)
     model.train()
     embeds: list[torch.Tensor] = []
 
@@ -144,12 +154,14 @@ def test_gradient_horizon(method: str) -> None:
     assert len(per_segment) == S
     norms = [float(g.norm()) for g in per_segment]
     assert norms[s_loss] > 0
-    assert norms[s_loss - k] == 0.0, f"gradient crossed the truncation horizon: {norms}"
+    assert all(n == 0.0 for n in norms[:block_start]), f"gradient crossed the truncation horizon: {norms}"
+    assert all(n == 0.0 for n in norms[s_loss + 1 :]), f"gradient reached later segments: {norms}"
     cls = model.spec.cls
+    within = norms[block_start:s_loss]
     if cls.has_memory and cls.gradient_through_state:
-        assert norms[s_loss - k + 1] > 0, f"gradient does not flow through the state within the horizon: {norms}"
+        assert all(n > 0 for n in within), f"gradient does not flow through the state within the horizon: {norms}"
     else:
-        assert norms[s_loss - k + 1] == 0.0, f"state is meant to stop gradient but it flowed: {norms}"
+        assert all(n == 0.0 for n in within), f"state is meant to stop gradient but it flowed: {norms}"
 
 
 def test_every_implemented_method_has_a_card() -> None:
@@ -157,3 +169,17 @@ def test_every_implemented_method_has_a_card() -> None:
     missing = [m for m in METHODS if m not in cards]
     assert not missing, f"registered in-tree methods without a card: {missing}"
 
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_card_defaults_are_the_registered_config(method: str) -> None:
+    """One source of truth: the card lists every option of the method with its real default."""
+    import dataclasses
+
+    from memzoo.plugins import get_memory
+
+    card = load_cards().get(method)
+    if card is None:
+        pytest.skip(f"{method} has no card (an out-of-tree plugin)")
+    config = dataclasses.asdict(get_memory(method).config())
+    assert card.defaults == config, f"card defaults {card.defaults} != config {config}"

@@ -123,7 +123,7 @@ def test_write_after_read_a_segment_cannot_retrieve_its_own_keys() -> None:
     """Queries equal to their own keys would retrieve themselves if the segment were written first."""
     mem = knn_module(store_size=64, top_k=3)
     with torch.no_grad():
-        mem.gate.fill_(30.0)  # sigmoid ≈ 1: output = memory read
+        mem.gate.beta.fill_(30.0)  # sigmoid ≈ 1: output = memory read
     q, k, v = qkv(2, seed=4)
     q = k.clone()
     with torch.no_grad():
@@ -178,7 +178,7 @@ def test_no_gradient_into_the_store_or_across_segments() -> None:
     q, k, v = qkv(2, seed=7, grad=True)
     out, state = run(mem, q, k, v)
     assert not any(t.requires_grad for t in state.values())
-    gq, gk, gv, gb, gs = torch.autograd.grad(out[:, 1].square().sum(), (q, k, v, mem.gate, mem.log_scale))
+    gq, gk, gv, gb, gs = torch.autograd.grad(out[:, 1].square().sum(), (q, k, v, mem.gate.beta, mem.log_scale))
     assert float(gk[:, 0].abs().sum()) == 0.0 and float(gv[:, 0].abs().sum()) == 0.0
     assert float(gq[:, 0].abs().sum()) == 0.0
     assert float(gq[:, 1].abs().sum()) > 0 and float(gb.abs().sum()) > 0 and float(gs.abs().sum()) > 0
@@ -191,7 +191,7 @@ def test_gate_per_head_starts_at_half_and_only_the_knn_layer_has_it() -> None:
     knn = model.memories[2]
     assert knn.gate_values().shape == (model.cfg.n_heads,)
     assert torch.allclose(knn.gate_values(), torch.full((model.cfg.n_heads,), 0.5))
-    assert sum(1 for n, _ in model.named_parameters() if n.endswith("memory.gate")) == 1
+    assert sum(1 for n, _ in model.named_parameters() if n.endswith("memory.gate.beta")) == 1
 
 
 def test_knn_layer_rule() -> None:

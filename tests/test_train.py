@@ -49,6 +49,48 @@ def test_resume_after_interruption_gives_the_same_weights(tmp_path: Path) -> Non
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
+def test_interruption_inside_a_step_resumes_exactly_with_dropout(tmp_path: Path, monkeypatch) -> None:
+    """Cut off in the middle of step 4 (inside the forward/backward): the checkpoint holds the weights
+    and RNG of 3 completed steps, and resuming reproduces an uninterrupted run with dropout on."""
+    import memzoo.train as train_module
+
+    extra = ("model.dropout=0.1", "train.checkpoint_every=0")
+    straight = train(config(tmp_path, "infini-linear", "name=straight", *extra), progress=False, evaluate_at_end=False)
+    real, calls = train_module.train_window, {"n": 0}
+
+    def flaky(*args, **kwargs):
+        result = real(*args, **kwargs)  # forward and backward done, dropout RNG consumed
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt  # ... but the optimizer has not stepped
+        return result
+
+    cfg = config(tmp_path, "infini-linear", "name=cut", *extra)
+    monkeypatch.setattr(train_module, "train_window", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, progress=False, evaluate_at_end=False)
+    monkeypatch.setattr(train_module, "train_window", real)
+    assert load_checkpoint(tmp_path / "cut")["step"] == 3
+    resumed = train(cfg, progress=False, evaluate_at_end=False)
+    a, b = load_checkpoint(straight)["model"], load_checkpoint(resumed)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bits_per_byte_of_a_uniform_model_is_exactly_eight() -> None:
+    from memzoo.data import Document
+    from memzoo.evaluate import evaluate_model
+    from conftest import tiny_model
+
+    model = tiny_model("infini-linear")
+    with torch.no_grad():
+        model.embed.weight.zero_()  # tied head: every logit is 0, a uniform distribution over 256 bytes
+    docs = [Document("a", bytes(range(50))), Document("b", b"x" * 30)]
+    res = evaluate_model(model, docs, batch_size=2, max_segments_per_doc=None, progress=False)
+    assert res["bpb"] == pytest.approx(8.0, abs=1e-6)
+    assert res["tokens"] == 49 + 29
+    assert sum(res["tokens_by_segment"]) == 78 and len(res["bpb_by_segment"]) == 7
+
+
 def test_run_folder_has_config_metrics_checkpoint_and_result(tmp_path: Path) -> None:
     run = train(config(tmp_path, "infini-linear", "name=full-run"), progress=False)
     for f in ("config.yaml", "metrics.jsonl", "checkpoint.pt", "eval.json", "result.json"):

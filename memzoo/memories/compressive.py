@@ -52,7 +52,7 @@ from torch import Tensor, nn
 
 from memzoo.attention import KVPrefix
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, slot_positions
+from memzoo.fifo import fifo_init, fifo_push, fifo_reset, slot_positions
 from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -140,7 +140,7 @@ class CompressiveTransformer(LayerMemory):
 
     def reset_rows(self, state: State, rows: Tensor) -> State:
         """A document start empties the row's memory, compressed memory and pending buffer."""
-        return {key: value & ~rows[:, None] if key.endswith("_valid") else value for key, value in state.items()}
+        return fifo_reset(state, rows)
 
     @staticmethod
     def _part(state: State, part: str) -> State:

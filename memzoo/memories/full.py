@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from memzoo.config import ModelConfig
+from memzoo.fifo import fifo_reset
 from memzoo.memory import LayerInputs, LayerMemory, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -40,7 +41,7 @@ class FullAttention(LayerMemory):
         }
 
     def reset_rows(self, state: State, rows: Tensor) -> State:
-        return {**state, "valid": state["valid"] & ~rows[:, None]}
+        return fifo_reset(state, rows)
 
     @classmethod
     def footprint(cls, cfg: FullConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
@@ -65,12 +66,18 @@ class FullAttention(LayerMemory):
             (doc[:, :, None] == key_doc[:, None, :])
             & key_ok[:, None, :]
             & (k_pos[None, None, :] <= q_pos[None, :, None])
-        )[:, None]  # [B, 1, S*N, P+S*N]
+        )  # [B, S*N, P+S*N]
+        if self.cfg.max_len is not None:
+            # Streaming keeps the last max_len positions before each segment: see exactly those.
+            segment_start = (q_pos // n) * n
+            mask = mask & (k_pos[None, :] >= (segment_start - self.cfg.max_len)[:, None])[None]
+        mask = mask[:, None]  # [B, 1, S*N, P+S*N]
         out = x.attend.with_mask(q, k_all, v_all, q_pos, k_pos, mask)  # [B, H, S*N, D]
         out = out.view(b, h, s, n, d).transpose(1, 2)  # [B, S, H, N, D]
 
         valid = key_ok & (key_doc == doc[:, -1:])  # only the last document's positions stay visible
-        return out, self._trim({"k": k_all, "v": v_all, "valid": valid}), zero_loss(x.q)
+        state = {"k": k_all.float(), "v": v_all.float(), "valid": valid}  # float32 under autocast too
+        return out, self._trim(state), zero_loss(x.q)
 
     def _trim(self, state: State) -> State:
         """Drop leading positions no row can see any more; apply max_len."""

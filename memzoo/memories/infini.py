@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from einops import einsum
-from torch import Tensor, nn
+from torch import Tensor
 
 from memzoo.config import ModelConfig
-from memzoo.memory import LayerInputs, LayerMemory, State, zero_loss
+from memzoo.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
 from memzoo.plugins import register_memory
 
 RULES = ("linear", "delta")
@@ -85,8 +85,7 @@ class InfiniAttention(LayerMemory):
         if cfg.first_read not in FIRST_READS:
             raise ValueError(f"infini first_read={cfg.first_read!r}; expected one of {FIRST_READS}")
         self.n_heads, self.d_head = model.n_heads, model.d_head
-        self.gate = nn.Parameter(torch.full((model.n_heads,), float(cfg.gate_init)))  # β, one per head
-        self.optim_overrides = {"gate": {"lr_mult": cfg.gate_lr_mult, "weight_decay": cfg.gate_weight_decay}}
+        self.gate = HeadGate(model.n_heads, cfg.gate_init, cfg.gate_lr_mult, cfg.gate_weight_decay)  # β per head
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         h, d = self.n_heads, self.d_head
@@ -102,13 +101,11 @@ class InfiniAttention(LayerMemory):
 
     def gate_values(self) -> Tensor:
         """sigmoid(β) per head: 0 = local only, 1 = memory only."""
-        return torch.sigmoid(self.gate.detach())
+        return self.gate.values()
 
     def forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
-        b, s, h, n, d = x.q.shape
         # Local causal attention does not depend on memory: all segments at once, RoPE inside.
-        flat = lambda t: t.reshape(b * s, h, n, d)  # noqa: E731
-        a_dot = x.attend(flat(x.q), flat(x.k), flat(x.v)).view(b, s, h, n, d)
+        a_dot = x.local_attention()  # [B, S, H, N, D]
 
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             sq, sk, v = sigma(x.q.float()), sigma(x.k.float()), x.v.float()  # memory path: no RoPE
@@ -117,8 +114,7 @@ class InfiniAttention(LayerMemory):
             else:
                 a_mem, empty, state = self._segment_loop(sq, sk, v, x.reset, state)
 
-        g = torch.sigmoid(self.gate).view(1, 1, h, 1, 1)
-        out = g * a_mem.to(a_dot.dtype) + (1 - g) * a_dot  # [B, S, H, N, D]
+        out = self.gate(a_mem, a_dot)  # [B, S, H, N, D]
         if self.cfg.first_read == "skip":
             out = torch.where(empty[..., None, None], a_dot, out)
         return out, state, zero_loss(x.q)

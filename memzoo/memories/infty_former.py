@@ -308,9 +308,8 @@ class InftyFormer(LayerMemory):
         return a_dot + z.to(a_dot.dtype), state, self._aux(kl_sum, kl_count)
 
     def forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
-        b, s, h, n, d = x.q.shape
-        flat = lambda t: t.reshape(b * s, h, n, d)  # noqa: E731  local attention: all segments at once
-        a_dot = x.attend(flat(x.q), flat(x.k), flat(x.v)).view(b, s, h, n, d)
+        s = x.q.shape[1]
+        a_dot = x.local_attention()  # [B, S, H, N, D]: all segments at once
         reads, kl_sum, kl_count = [], zero_loss(x.q), x.q.new_zeros(())
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             for i in range(s):

@@ -48,8 +48,8 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, kv_prefix, kv_slot_shapes, push_kv
-from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
+from memzoo.fifo import fifo_init, fifo_push, fifo_reset, kv_prefix, kv_slot_shapes, push_kv
+from memzoo.memory import HeadGate, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
 BACKENDS = ("exact", "faiss")
@@ -62,6 +62,8 @@ class MemorizingConfig:
     knn_layer: Optional[int] = None  # layer index of the store; None: ceil(0.75 * n_layers) - 1
     mem_len: int = 2048  # XL cache positions per layer (one segment in the paper's setting)
     gate_init: float = 0.0  # b at initialisation; sigmoid(0) = 0.5
+    gate_lr_mult: float = 1.0  # learning-rate multiplier for b
+    gate_weight_decay: float = 0.0  # weight decay on b (decay pulls gates to 0.5)
     scale_init: Optional[float] = None  # memory-path temperature τ at init; None: sqrt(d_head)
     knn_backend: str = "exact"  # exact (matrix product + top-k) | faiss (optional package)
 
@@ -194,7 +196,7 @@ class MemorizingXL(LayerMemory):
 
     def reset_rows(self, state: State, rows: Tensor) -> State:
         """A document start empties the row's buffers (every `*valid` mask cleared for that row)."""
-        return {k: (v & ~rows[:, None]) if k.endswith("valid") else v for k, v in state.items()}
+        return fifo_reset(state, rows)
 
     def local(self, x: SegmentInputs, state: State) -> tuple[Tensor, State]:
         """Causal attention over [XL cache; segment] with RoPE, then push the segment (SG) into the cache."""
@@ -217,7 +219,7 @@ class MemorizingKNN(MemorizingXL):
         if cfg.knn_backend == "faiss":
             import_faiss()  # fail at build time, not mid-run
         scale = math.sqrt(model.d_head) if cfg.scale_init is None else float(cfg.scale_init)
-        self.gate = nn.Parameter(torch.full((model.n_heads,), float(cfg.gate_init)))  # b, one per head
+        self.gate = HeadGate(model.n_heads, cfg.gate_init, cfg.gate_lr_mult, cfg.gate_weight_decay)  # b per head
         self.log_scale = nn.Parameter(torch.full((model.n_heads,), math.log(scale)))  # log τ, one per head
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
@@ -228,7 +230,7 @@ class MemorizingKNN(MemorizingXL):
 
     def gate_values(self) -> Tensor:
         """sigmoid(b) per head: 0 = local only, 1 = memory only."""
-        return torch.sigmoid(self.gate.detach())
+        return self.gate.values()
 
     def search(self, q_hat: Tensor, store: State) -> tuple[Tensor, Tensor]:
         """Top-k slot indices and their validity for each query: 2 x [B, H, N, k']."""
@@ -247,8 +249,7 @@ class MemorizingKNN(MemorizingXL):
         store = substate(state, "store_")
         a_mem = self.read(x.q, store)  # [B, H, N, D]
         a_dot, state = self.local(x, state)  # [B, H, N, D]
-        g = torch.sigmoid(self.gate).view(1, -1, 1, 1)
-        out = g * a_mem.to(a_dot.dtype) + (1 - g) * a_dot
+        out = self.gate(a_mem, a_dot)  # [B, H, N, D]
 
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             new = {
