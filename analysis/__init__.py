@@ -4,6 +4,16 @@
     df = load_results("runs")            # every run folder's result.json under runs/
     footprint_vs_bpb(df).figure.savefig("footprint.png")
 """
-from memzoo.analysis.recipes import bpb_by_segment, footprint_vs_bpb, load_results, long_by_segment
+from memzoo.analysis.recipes import (
+    bpb_by_segment,
+    cost_per_method,
+    footprint_vs_bpb,
+    gate_heatmaps,
+    gate_table,
+    load_results,
+    long_by_segment,
+    summary_table,
+)
 
-__all__ = ["load_results", "long_by_segment", "footprint_vs_bpb", "bpb_by_segment"]
+__all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb", "bpb_by_segment",
+           "cost_per_method", "gate_table", "gate_heatmaps"]

@@ -29,17 +29,20 @@ def long_by_segment(df: pd.DataFrame, column: str = "bpb_by_segment") -> pd.Data
 
 
 def footprint_vs_bpb(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
-    """Footprint (numbers per sequence, log axis) against bits per byte; one point per method,
-    mean and spread over seeds. Methods with no state are drawn at 1 so the log axis shows them."""
+    """Footprint (numbers per sequence, log axis) against bits per byte: one point per method, or a
+    curve when a grid varies its memory size; error bars are the spread over seeds. Methods with no
+    state are drawn at 1 so the log axis shows them."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    ax = ax or plt.subplots(figsize=(6, 4))[1]
+    ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     data = df.assign(footprint=df["footprint_measured"].clip(lower=1))
-    sns.pointplot(data=data, x="footprint", y=bpb, hue="method", native_scale=True, log_scale=(True, False),
-                  errorbar="sd", linestyle="none", markers="o", ax=ax)
+    sns.lineplot(data=data, x="footprint", y=bpb, hue="method", style="method", markers=True, dashes=False,
+                 err_style="bars", errorbar="sd", markersize=8, ax=ax)
+    ax.set_xscale("log")
     ax.set_xlabel("state per sequence (numbers, log)")
     ax.set_ylabel(f"{bpb.replace('_', ' ')} (bits per byte)")
+    ax.legend(fontsize=8, ncol=2)
     return ax
 
 
@@ -56,3 +59,72 @@ def bpb_by_segment(df: pd.DataFrame, ax=None, max_segment: Optional[int] = None)
     ax.set_xlabel("segment index within document")
     ax.set_ylabel("bits per byte")
     return ax
+
+
+def summary_table(df: pd.DataFrame, bpb: str = "valid_bpb") -> pd.DataFrame:
+    """One row per method (and grid point): parameters, footprint, bits per byte mean ± sd over
+    seeds, throughput and peak memory, best first."""
+    keys = ["method"] + [c for c in df.columns if c.startswith("grid_")]
+    agg = df.groupby(keys, dropna=False).agg(
+        runs=("seed", "count"),
+        params=("params", "mean"),
+        footprint=("footprint_measured", "mean"),
+        bpb_mean=(bpb, "mean"),
+        bpb_sd=(bpb, "std"),
+        tokens_per_s=("tokens_per_s", "mean"),
+        train_tokens_per_s=("train_tokens_per_s", "mean"),
+        peak_rss_mb=("peak_rss_mb", "mean"),
+    )
+    return agg.reset_index().sort_values("bpb_mean").reset_index(drop=True)
+
+
+def cost_per_method(df: pd.DataFrame, axes=None):
+    """Evaluation tokens per second and peak resident memory per method (two bar charts)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10, 4))
+    order = sorted(df["method"].unique())
+    sns.barplot(data=df, x="method", y="tokens_per_s", order=order, errorbar="sd", ax=axes[0])
+    sns.barplot(data=df, x="method", y="peak_rss_mb", order=order, errorbar="sd", ax=axes[1])
+    axes[0].set_ylabel("eval tokens per second")
+    axes[1].set_ylabel("peak resident memory (MB)")
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=45)
+        ax.set_xlabel("")
+    return axes
+
+
+def gate_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per-head gate values (sigmoid(β) for Infini; sigmoid(b) for Memorizing) as rows
+    (method, seed, layer, head, gate), from the `gates_json` (or `gates`) column."""
+    rows = []
+    for _, r in df.iterrows():
+        gates = r.get("gates_json", r.get("gates", "{}"))
+        gates = json.loads(gates) if isinstance(gates, str) else (gates or {})
+        for layer, values in gates.items():
+            for head, g in enumerate(values):
+                rows.append({"method": r["method"], "seed": r["seed"], "layer": int(layer), "head": head, "gate": g})
+    return pd.DataFrame(rows, columns=["method", "seed", "layer", "head", "gate"])
+
+
+def gate_heatmaps(df: pd.DataFrame):
+    """The Infini paper's Figure 3: gate per layer and head (0 = local only, 1 = memory only), one
+    panel per gated method (first seed). Returns the figure, or None when no run has gates."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    table = gate_table(df)
+    if table.empty:
+        return None
+    methods = sorted(table["method"].unique())
+    fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 3.2), squeeze=False)
+    for ax, m in zip(axes[0], methods):
+        sub = table[table["method"] == m]
+        sub = sub[sub["seed"] == sub["seed"].min()]
+        grid = sub.pivot(index="layer", columns="head", values="gate")
+        sns.heatmap(grid, vmin=0, vmax=1, cmap="coolwarm", annot=True, fmt=".2f", cbar=False, ax=ax)
+        ax.set_title(m)
+    fig.tight_layout()
+    return fig

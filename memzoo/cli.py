@@ -1,4 +1,4 @@
-"""The `memzoo` command: train, eval, list, footprint."""
+"""The `memzoo` command: train, eval, compare, report, list, footprint."""
 from __future__ import annotations
 
 import argparse
@@ -88,6 +88,35 @@ def cmd_footprint(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from memzoo.analysis import summary_table
+    from memzoo.compare import load_suite, run_suite, suite_dir
+
+    suite_name, overrides = args.suite, list(args.overrides)
+    if suite_name and "=" in suite_name:  # `memzoo compare key=value` runs the default suite
+        suite_name, overrides = None, [suite_name, *overrides]
+    suite = load_suite(suite_name or "quick", overrides)
+    df = run_suite(suite, jobs=args.jobs)
+    root = suite_dir(suite)
+    table = summary_table(df)[["method", "params", "footprint", "bpb_mean", "tokens_per_s", "peak_rss_mb"]]
+    print(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
+    print(f"results: {root / 'results.parquet'}")
+    if not args.no_report:
+        from memzoo.report import write_report
+
+        md, html_path = write_report(root)
+        print(f"report: {html_path} and {md}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from memzoo.report import write_report
+
+    md, html_path = write_report(args.results_dir)
+    print(f"report: {html_path} and {md}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memzoo", description="A zoo of memory-augmented transformers on one backbone.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -107,6 +136,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--split", default=None, choices=["train", "valid", "test"])
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser("compare", help="run a comparison suite: memzoo compare [SUITE] [key=value ...]")
+    s.add_argument("suite", nargs="?", default=None, help="a suite YAML or a shipped suite (quick, paper-gpu); default quick")
+    s.add_argument("overrides", nargs="*", help="suite overrides, e.g. seeds=[0,1] token_budget=100000")
+    s.add_argument("--jobs", type=int, default=None, help="worker processes (default: the suite's `jobs`)")
+    s.add_argument("--no-report", action="store_true", help="do not write report.html/report.md at the end")
+    s.set_defaults(fn=cmd_compare)
+
+    s = sub.add_parser("report", help="report.html and report.md from a results folder")
+    s.add_argument("results_dir")
+    s.set_defaults(fn=cmd_report)
 
     s = sub.add_parser("footprint", help="state size per method: analytic, card formula, measured")
     s.add_argument("config")

@@ -50,9 +50,14 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def _read_paths(paths: list[Path], root: Optional[Path]) -> list[Document]:
+def _read_paths(paths: list[Path], root: Optional[Path], min_bytes: int = 0, limit: Optional[int] = None) -> list[Document]:
+    """Documents from files in path order, skipping those under `min_bytes`, stopping at `limit`."""
     docs = []
     for p in sorted(paths):
+        if limit is not None and len(docs) >= limit:
+            break
+        if p.stat().st_size < min_bytes:
+            continue
         name = str(p.relative_to(root)) if root is not None and p.is_relative_to(root) else str(p)
         docs.append(Document(name, p.read_bytes()))
     return docs
@@ -60,25 +65,22 @@ def _read_paths(paths: list[Path], root: Optional[Path]) -> list[Document]:
 
 def load_documents(cfg: DataConfig) -> list[Document]:
     """All documents of the source, sorted by name (split happens afterwards)."""
-    source = cfg.source
+    source, limit, min_bytes = cfg.source, cfg.max_docs, cfg.min_doc_bytes
     if source == "stdlib":
         root = stdlib_root()
         paths = [p for p in root.rglob("*.py") if "site-packages" not in p.parts and "__pycache__" not in p.parts]
-        docs = _read_paths(paths, root)
+        docs = _read_paths(paths, root, min_bytes, limit)
     else:
         path = Path(source).expanduser()
         if path.is_file():
-            docs = _read_paths([path], path.parent)
+            docs = _read_paths([path], path.parent, min_bytes, limit)
         elif path.is_dir():
-            docs = _read_paths([p for p in path.rglob("*") if p.is_file()], path)
+            docs = _read_paths([p for p in path.rglob("*") if p.is_file()], path, min_bytes, limit)
         else:
             matches = [Path(m) for m in glob.glob(str(path), recursive=True) if Path(m).is_file()]
             if not matches:
                 raise FileNotFoundError(f"data.source={source!r} is not 'stdlib', a file, a folder, or a glob matching files")
-            docs = _read_paths(matches, None)
-    docs = [d for d in docs if len(d.data) >= cfg.min_doc_bytes]
-    if cfg.max_docs is not None:
-        docs = docs[: cfg.max_docs]
+            docs = _read_paths(matches, None, min_bytes, limit)
     if not docs:
         raise ValueError(f"data.source={source!r} gave no document of at least {cfg.min_doc_bytes} bytes")
     return docs

@@ -154,12 +154,13 @@ def footprint_table(cfg: DictConfig, measure: bool = True) -> list[dict[str, Any
 
 
 def gate_values(model: MemoryModel) -> dict[str, list[float]]:
-    """Per layer, any per-head gate a memory exposes (`gate_values()`): the paper's Figure 3 data."""
+    """Per layer, the per-head gate a memory exposes (`gate_values()`, None if it has none): the
+    Infini paper's Figure 3 data."""
     out = {}
     for i, mem in enumerate(model.memories):
-        fn = getattr(mem, "gate_values", None)
-        if callable(fn):
-            out[str(i)] = [float(x) for x in fn()]
+        values = mem.gate_values()
+        if values is not None:
+            out[str(i)] = [float(x) for x in values]
     return out
 
 

@@ -1,0 +1,163 @@
+"""Comparison suites end to end on tiny runs: the results table, the report, resuming after a killed
+worker, and a plugin from outside the package taking part without any change to memzoo."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from memzoo.compare import check_parameter_spread, expand, load_suite, parameter_counts, run_suite
+from memzoo.config import ConfigError
+from memzoo.report import write_report
+from memzoo.train import load_checkpoint
+
+TINY_RUN = """
+threads_per_job: 1
+run:
+  model: {d_model: 32, n_layers: 2, n_heads: 2, segment_len: 16}
+  data: {max_docs: 60}
+  train: {batch_size: 2, window_segments: 4, bptt_segments: 2, warmup_steps: 2, checkpoint_every: 5, log_every: 5}
+  eval: {batch_size: 2, max_docs: 3, max_segments_per_doc: 3}
+"""
+
+
+def write_suite(tmp_path: Path, body: str, name: str = "tiny") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\nbase: small\nout_dir: {tmp_path / 'results'}\n" + TINY_RUN + textwrap.dedent(body))
+    return path
+
+
+def test_tiny_suite_writes_the_table_and_the_report(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path, """
+        methods: [local, infini-linear]
+        seeds: [0, 1]
+        token_budget: 768   # 6 steps of 2 x 4 x 16 bytes
+        jobs: 2
+    """)))
+    df = run_suite(suite, progress=False)
+    root = tmp_path / "results" / "tiny"
+    table = pd.read_parquet(root / "results.parquet")
+    assert len(table) == 4 == len(df)
+    assert sorted(zip(table["method"], table["seed"])) == [("infini-linear", 0), ("infini-linear", 1), ("local", 0), ("local", 1)]
+    for col in ("method", "seed", "params", "footprint_analytic", "footprint_measured", "valid_bpb", "tokens_per_s",
+                "peak_rss_mb", "bpb_seg_0", "bpb_seg_2", "train_steps"):
+        assert col in table.columns, col
+    assert (table["train_steps"] == 6).all()  # the same token budget for every method
+    infini = table[table["method"] == "infini-linear"].iloc[0]
+    assert infini["footprint_measured"] == infini["footprint_analytic"] == 16 * 17 * 2 * 2
+    assert (table[table["method"] == "local"]["footprint_measured"] == 0).all()
+    assert table["valid_bpb"].between(0.5, 8.5).all()
+    assert table["bpb_seg_0"].notna().all()
+
+    md, html = write_report(root)
+    for png in ("footprint_vs_bpb.png", "bpb_by_segment.png", "cost.png", "gates.png"):
+        assert (root / png).stat().st_size > 1000, png
+        assert f"]({png})" in md.read_text()
+    text = html.read_text()
+    assert text.count("data:image/png;base64,") == 4 and "infini-linear" in text
+
+
+def test_parameter_counts_must_match(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path, """
+        methods: [local, compressive]
+        options: {compressive: {mem_len: 16, cmem_len: 8, compression: conv}}
+    """)))
+    counts = parameter_counts(expand(suite))
+    with pytest.raises(ConfigError, match="max_param_spread"):
+        check_parameter_spread(counts, 0.10)
+
+
+def test_unknown_suite_method_lists_registered(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path, "methods: [local, infini-cubic]\n")))
+    with pytest.raises(ConfigError, match="infini-cubic.*registered: .*infini-linear"):
+        expand(suite)
+
+
+def test_killed_suite_resumes_without_losing_or_changing_results(tmp_path: Path) -> None:
+    """Kill the whole suite (workers included) in the middle of its second run; re-running finishes
+    it from the checkpoint with exactly the weights of an uninterrupted suite, and the finished run
+    is not run again."""
+    body = """
+        methods: [local, infini-linear]
+        token_budget: 7680   # 60 steps
+        jobs: 1
+    """
+    path = write_suite(tmp_path, body)
+    runs = tmp_path / "results" / "tiny" / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "memzoo.cli", "compare", str(path), "--no-report"],
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while not (runs / "infini-linear-s0" / "checkpoint.pt").is_file():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.time() < deadline, "the second run never checkpointed"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = load_checkpoint(runs / "infini-linear-s0")["step"]
+    assert 0 < killed_at < 60
+    assert not (runs / "infini-linear-s0" / "result.json").exists()
+    finished = runs / "local-s0" / "result.json"
+    stamp = finished.stat().st_mtime_ns
+
+    table = run_suite(load_suite(str(path)), progress=False)
+    assert len(table) == 2 and finished.stat().st_mtime_ns == stamp  # kept, not re-run
+    steps = [int(line.split('"step": ')[1].split(",")[0])
+             for line in (runs / "infini-linear-s0" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 60  # no duplicated or lost rows
+
+    reference = load_suite(str(path), [f"out_dir={tmp_path / 'reference'}", "methods=[infini-linear]"])
+    run_suite(reference, progress=False)
+    a = load_checkpoint(runs / "infini-linear-s0")["model"]
+    b = load_checkpoint(tmp_path / "reference" / "tiny" / "runs" / "infini-linear-s0")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+PLUGIN = '''
+from dataclasses import dataclass
+import torch
+from memzoo import LayerMemory, register_memory
+
+
+@dataclass
+class MeanConfig:
+    weight: float = 0.5
+
+
+@register_memory("outside-mean", config=MeanConfig)
+class OutsideMean(LayerMemory):
+    """Adds the running mean of past values to local attention (a plugin memzoo has never seen)."""
+
+    def initial_state(self, batch_size, device):
+        h, d = self.model_cfg.n_heads, self.model_cfg.d_head
+        return {"sum": torch.zeros(batch_size, h, d, device=device), "n": torch.zeros(batch_size, 1, 1, device=device)}
+
+    def segment(self, x, state):
+        mean = state["sum"] / state["n"].clamp(min=1)
+        out = x.attend(x.q, x.k, x.v) + self.cfg.weight * mean[:, :, None]
+        return out, {"sum": state["sum"] + x.v.sum(2), "n": state["n"] + x.v.shape[2]}, torch.zeros(())
+
+    @classmethod
+    def footprint(cls, cfg, model, tokens_seen):
+        return {"total": (model.n_heads * model.d_head + 1) * model.n_layers}
+'''
+
+
+def test_a_plugin_from_outside_the_package_runs_in_a_suite(tmp_path: Path) -> None:
+    plugin = tmp_path / "outside_plugin.py"
+    plugin.write_text(PLUGIN)
+    suite = load_suite(str(write_suite(tmp_path, f"""
+        methods: [local, outside-mean]
+        imports: [{plugin}]
+        token_budget: 256
+    """)))
+    table = run_suite(suite, progress=False)
+    row = table[table["method"] == "outside-mean"].iloc[0]
+    assert row["footprint_measured"] == row["footprint_analytic"] == (2 * 16 + 1) * 2
