@@ -99,6 +99,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     df = run_suite(suite, jobs=args.jobs)
     root = suite_dir(suite)
     table = summary_table(df)[["method", "params", "footprint", "bpb_mean", "tokens_per_s", "peak_rss_mb"]]
+    table = table.astype({"params": int, "footprint": int}).rename(columns={"bpb_mean": "valid_bpb"})
     print(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     print(f"results: {root / 'results.parquet'}")
     if not args.no_report:

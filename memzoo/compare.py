@@ -27,7 +27,7 @@ from memzoo.config import ConfigError, RunConfig, _merge_checked, load_config, p
 @dataclass
 class SuiteConfig:
     name: str = "suite"
-    base: str = "small"  # the run preset every run starts from (a YAML file or a shipped preset)
+    base: str = "small"  # the run preset every run starts from; "{method}" in it is replaced per method
     run: Any = field(default_factory=dict)  # overrides of the run config shared by every run
     methods: Any = "all"  # "all": every registered method (plugins from other packages too), or a list
     exclude: list[str] = field(default_factory=list)
@@ -117,10 +117,13 @@ def suite_dir(suite: DictConfig) -> Path:
 def expand(suite: DictConfig) -> list[RunSpec]:
     """Every (method, grid point, seed) as a resolved run config, all with the same token budget."""
     root = suite_dir(suite)
-    base = OmegaConf.to_container(load_config(suite.base), resolve=True)
     specs = []
     for method in suite_methods(suite):
-        options = dict(suite.options.get(method, {}) or {})
+        preset = load_config(suite.base.format(method=method))
+        base = OmegaConf.to_container(preset, resolve=True)
+        # A per-method preset brings its own memory options; a shared base's belong to another method.
+        preset_options = {k: v for k, v in base["memory"].items() if k != "name"} if preset.memory.name == method else {}
+        options = {**preset_options, **dict(suite.options.get(method, {}) or {})}
         for point in _grid_points(dict(suite.grid.get(method, {}) or {})):
             for seed in suite.seeds:
                 name = _run_name(method, point, seed)
@@ -259,7 +262,7 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
                     bar.write(f"run {spec.name} failed: {failures[spec.name]} (its checkpoint is kept; re-run to resume)")
                 finished_steps += int(spec.cfg.train.steps)
                 write_table(root, specs)
-            active = [futures[f] for f in pending]
+            active = [futures[f] for f in pending if f.running()]
             running = {s.name: _progress_of(Path(s.cfg.out_dir) / s.name) for s in active}
             bar.n = finished_steps + sum(running.values())
             bar.set_postfix_str(" ".join(f"{s.name}:{running[s.name]}/{s.cfg.train.steps}" for s in active)[:200])
