@@ -92,8 +92,12 @@ def test_entry_point_plugin_from_an_installed_package(tmp_path: Path) -> None:
         packages = ["memzoo_external_test"]
     '''))
     target = tmp_path / "site"
+    import importlib.util
+
+    # Build with the installed setuptools when there is one (offline); else let pip fetch it.
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(target), str(src)],
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", *isolation, "--target", str(target), str(src)],
         check=True, capture_output=True,
     )
     code = (
