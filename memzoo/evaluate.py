@@ -165,11 +165,11 @@ def gate_values(model: MemoryModel) -> dict[str, list[float]]:
 
 
 def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dict[str, Any]) -> dict[str, Any]:
-    """eval.json (the full evaluation) and result.json (the run's row in a results table)."""
+    """eval-SPLIT.json (the full evaluation of that split) and result.json (the run's row in a results table)."""
     from memzoo.plugins import get_memory
 
     run_dir = Path(run_dir)
-    (run_dir / "eval.json").write_text(json.dumps(result, indent=1))
+    (run_dir / f"eval-{result['split']}.json").write_text(json.dumps(result, indent=1))
     mcfg = model_config(cfg)
     spec = get_memory(cfg.memory.name)
     mem_cfg = memory_config(cfg.memory.name, cfg.memory)
@@ -197,5 +197,14 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
         "train_tokens": int(cfg.train.steps * cfg.train.batch_size * cfg.train.window_segments * mcfg.segment_len),
         "gates": gate_values(model),
     }
-    (run_dir / "result.json").write_text(json.dumps(row, indent=1))
+    # Merge into an existing row: evaluating another split adds its columns and loses none.
+    previous = json.loads((run_dir / "result.json").read_text()) if (run_dir / "result.json").is_file() else {}
+    if result["split"] != cfg.eval.split:  # the per-segment and speed columns describe the run's own split
+        row = {**row, "bpb_by_segment": previous.get("bpb_by_segment", row["bpb_by_segment"]),
+               "tokens_per_s": previous.get("tokens_per_s", row["tokens_per_s"]),
+               f"{result['split']}_bpb_by_segment": result["bpb_by_segment"]}
+    row = {**previous, **row}
+    tmp = run_dir / "result.json.tmp"
+    tmp.write_text(json.dumps(row, indent=1))
+    tmp.replace(run_dir / "result.json")
     return row

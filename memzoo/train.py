@@ -3,7 +3,7 @@ autocast option, checkpoints every K steps and on interruption, exact resume.
 
 A run folder holds `config.yaml` (resolved), `metrics.jsonl` (one JSON object per logged step),
 `checkpoint.pt` (model, optimiser, step, RNG; loadable with weights_only=True) and, at the end,
-`eval.json` and `result.json`.
+`eval-valid.json` and `result.json`.
 """
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def test_bits_per_byte_of_a_uniform_model_is_exactly_eight() -> None:
 
 def test_run_folder_has_config_metrics_checkpoint_and_result(tmp_path: Path) -> None:
     run = train(config(tmp_path, "infini-linear", "name=full-run"), progress=False)
-    for f in ("config.yaml", "metrics.jsonl", "checkpoint.pt", "eval.json", "result.json"):
+    for f in ("config.yaml", "metrics.jsonl", "checkpoint.pt", "eval-valid.json", "result.json"):
         assert (run / f).is_file(), f
     row = json.loads((run / "result.json").read_text())
     assert row["method"] == "infini-linear"
@@ -104,6 +104,14 @@ def test_run_folder_has_config_metrics_checkpoint_and_result(tmp_path: Path) -> 
     # the saved config reloads to the same run
     again = load_config(str(run / "config.yaml"))
     assert again.memory.name == "infini-linear" and again.train.steps == 6
+    # `memzoo eval` on the folder gives the same bits per byte (and the test split on request)
+    from memzoo.cli import main
+
+    assert main(["eval", str(run), "--json"]) == 0
+    assert json.loads((run / "result.json").read_text())["valid_bpb"] == pytest.approx(row["valid_bpb"], abs=1e-9)
+    assert main(["eval", str(run), "--split", "test", "--json"]) == 0
+    after = json.loads((run / "result.json").read_text())
+    assert "test_bpb" in after and after["valid_bpb"] == pytest.approx(row["valid_bpb"], abs=1e-9)  # nothing lost
 
 
 def test_training_reduces_loss(tmp_path: Path) -> None:
