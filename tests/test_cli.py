@@ -64,6 +64,10 @@ def test_unknown_preset_lists_presets(capsys) -> None:
     assert code == 2 and "infini-linear" in err
 
 
-def test_console_script_is_installed() -> None:
-    out = subprocess.run([sys.executable, "-m", "memzoo.cli", "list"], capture_output=True, text=True, check=True)
+def test_console_script_is_installed(tmp_path) -> None:
+    import shutil
+
+    exe = shutil.which("memzoo")
+    assert exe is not None, "the memzoo console script is not on PATH"
+    out = subprocess.run([exe, "list"], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert "infini-delta" in out.stdout

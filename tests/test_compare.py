@@ -92,7 +92,8 @@ def test_killed_suite_resumes_without_losing_or_changing_results(tmp_path: Path)
     """
     path = write_suite(tmp_path, body)
     runs = tmp_path / "results" / "tiny" / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "memzoo.cli", "compare", str(path), "--no-report"],
+    # Started outside the checkout so that `-m` imports the installed package, as the console script does.
+    proc = subprocess.Popen([sys.executable, "-m", "memzoo.cli", "compare", str(path), "--no-report"], cwd=tmp_path,
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 240
     while not (runs / "infini-linear-s0" / "checkpoint.pt").is_file():

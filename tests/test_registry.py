@@ -106,7 +106,7 @@ def test_entry_point_plugin_from_an_installed_package(tmp_path: Path) -> None:
         "spec = get_memory('external-test-memory');"
         "print(json.dumps({'source': spec.source, 'listed': [r['name'] for r in catalogue()]}))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(target)], check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code, str(target)], check=True, capture_output=True, text=True, cwd=tmp_path)
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["source"] == "memzoo_external_test"
     assert "external-test-memory" in found["listed"]
