@@ -6,7 +6,6 @@ wrong type is an error that names it, wherever it appears.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -223,12 +222,3 @@ def model_config(cfg: DictConfig) -> ModelConfig:
 
 def to_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg, resolve=True)
-
-
-def plain(obj: Any) -> Any:
-    """A dataclass or DictConfig as plain Python containers."""
-    if dataclasses.is_dataclass(obj):
-        return dataclasses.asdict(obj)
-    if isinstance(obj, DictConfig):
-        return OmegaConf.to_container(obj, resolve=True)
-    return obj

@@ -39,13 +39,6 @@ class ModelState:
         """Cut the gradient here (the truncated-BPTT horizon)."""
         return ModelState([map_state(s, Tensor.detach) for s in self.layers], map_state(self.model, Tensor.detach))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"layers": self.layers, "model": self.model}
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> "ModelState":
-        return ModelState(list(d["layers"]), dict(d["model"]))
-
 
 @dataclass
 class ModelOutput:
@@ -164,7 +157,9 @@ class MemoryModel(nn.Module):
         b, s, n = tokens.shape
         if n > self.cfg.segment_len:
             raise ValueError(f"segments of {n} tokens exceed model.segment_len={self.cfg.segment_len}")
-        if tokens.dtype not in (torch.int64, torch.int32) or (tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < self.cfg.vocab_size):
+        if tokens.dtype not in (torch.int64, torch.int32) or (
+            tokens.numel() and not 0 <= int((lo_hi := torch.aminmax(tokens)).min) <= int(lo_hi.max) < self.cfg.vocab_size
+        ):
             raise ValueError(f"tokens must be integer ids in [0, {self.cfg.vocab_size}); got dtype {tokens.dtype}")
         state = state if state is not None else self.initial_state(b, tokens.device)
         reset = reset if reset is not None else torch.zeros(b, s, dtype=torch.bool, device=tokens.device)
