@@ -6,14 +6,17 @@
 """
 from memzoo.analysis.recipes import (
     bpb_by_segment,
+    cost_vs_length,
     cost_per_method,
     footprint_vs_bpb,
     gate_heatmaps,
     gate_table,
     load_results,
     long_by_segment,
+    longrange_table,
+    passkey_heatmaps,
     summary_table,
 )
 
 __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb", "bpb_by_segment",
-           "cost_per_method", "gate_table", "gate_heatmaps"]
+           "cost_per_method", "gate_table", "gate_heatmaps", "longrange_table", "passkey_heatmaps", "cost_vs_length"]

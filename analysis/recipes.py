@@ -128,3 +128,86 @@ def gate_heatmaps(df: pd.DataFrame):
         ax.set_title(m)
     fig.tight_layout()
     return fig
+
+
+LONGRANGE_COLUMNS = ["method", "seed", "task", "length", "depth", "accuracy", "tokens_per_s", "peak_rss_mb", "status"]
+
+
+def longrange_table(df: pd.DataFrame, task: str = "passkey") -> pd.DataFrame:
+    """Long-range rows (memzoo passkey / recall, suite `longrange` stages) in long form: one row per
+    (run, length, depth), from the `passkey_json` / `recall_json` column (or a `passkey` list)."""
+    rows = []
+    for _, r in df.iterrows():
+        cell = r.get(f"{task}_json", r.get(task))
+        if cell is None or (isinstance(cell, float) and cell != cell):
+            continue
+        for item in json.loads(cell) if isinstance(cell, str) else cell:
+            rows.append({"method": r["method"], "seed": r.get("seed", 0), **item})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return pd.DataFrame(columns=LONGRANGE_COLUMNS)
+    return out[[c for c in LONGRANGE_COLUMNS if c in out.columns] + [c for c in out.columns if c not in LONGRANGE_COLUMNS]]
+
+
+def _length_label(n: int) -> str:
+    for unit, size in (("M", 2**20), ("K", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return f"{n:,}"
+
+
+def passkey_heatmaps(df: pd.DataFrame):
+    """Passkey accuracy per method: depth (rows) x length (columns), mean over seeds; cells out of
+    budget are grey and marked "oob". Returns the figure, or None when no run has passkey rows."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import seaborn as sns
+
+    table = longrange_table(df, "passkey")
+    if table.empty:
+        return None
+    methods = sorted(table["method"].unique())
+    cols = min(3, len(methods))
+    rows_n = -(-len(methods) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 2.6 * rows_n), squeeze=False)
+    for ax, m in zip(axes.flat, methods):
+        sub = table[table["method"] == m]
+        acc = sub.pivot_table(index="depth", columns="length", values="accuracy", aggfunc="mean", dropna=False)
+        ok = sub.assign(ok=sub["status"] == "ok").pivot_table(index="depth", columns="length", values="ok", aggfunc="max")
+        acc = acc.reindex(index=ok.index, columns=ok.columns)
+        labels = np.where(ok.values.astype(bool), np.vectorize(lambda v: f"{v:.2f}")(acc.fillna(0).values), "oob")
+        sns.heatmap(acc.astype(float), vmin=0, vmax=1, cmap="viridis", annot=labels, fmt="", cbar=False, ax=ax,
+                    xticklabels=[_length_label(int(c)) for c in acc.columns], yticklabels=[f"{d:g}" for d in acc.index])
+        ax.set_facecolor("#cccccc")
+        ax.set_title(m)
+        ax.set_xlabel("prompt length (bytes)")
+        ax.set_ylabel("key depth")
+    for ax in list(axes.flat)[len(methods):]:
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def cost_vs_length(df: pd.DataFrame, task: str = "passkey", axes=None):
+    """Peak resident memory and streaming throughput against prompt length, one line per method
+    (log length axis; rows out of budget are left out). A bounded memory gives flat lines."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    table = longrange_table(df, task)
+    table = table[table["status"] == "ok"]
+    if table.empty:
+        return None
+    per_length = table.groupby(["method", "length"], as_index=False)[["peak_rss_mb", "tokens_per_s"]].mean()
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 4))
+    sns.lineplot(data=per_length, x="length", y="peak_rss_mb", hue="method", style="method", markers=True, dashes=False, ax=axes[0])
+    sns.lineplot(data=per_length, x="length", y="tokens_per_s", hue="method", style="method", markers=True, dashes=False,
+                 ax=axes[1], legend=False)
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("prompt length (bytes, log)")
+    axes[0].set_ylabel("peak resident memory (MB)")
+    axes[1].set_ylabel("streaming tokens per second")
+    axes[0].legend(fontsize=8, ncol=2)
+    return axes

@@ -1,4 +1,4 @@
-"""The `memzoo` command: train, eval, compare, report, list, footprint."""
+"""The `memzoo` command: train, eval, compare, report, list, footprint, passkey, recall."""
 from __future__ import annotations
 
 import argparse
@@ -118,6 +118,65 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _numbers(kind: type, what: str):
+    def parse(text: str) -> list:
+        try:
+            return [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what}: expected comma-separated numbers, got {text!r}") from None
+    return parse
+
+
+def cmd_longrange(args: argparse.Namespace) -> int:
+    from memzoo.longrange import LongRangeConfig, evaluate_longrange
+
+    options = dict(task=args.command, lengths=args.lengths, trials=args.trials, seed=args.seed,
+                   segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
+                   memory_limit_mb=args.memory_limit_mb, isolate=not args.no_isolate, threads=args.threads)
+    if args.command == "passkey":
+        options.update(depths=args.depths, key_digits=args.key_digits)
+    else:
+        options.update(pairs=args.pairs, queries=args.queries)
+    try:
+        cfg = LongRangeConfig(**options)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    rows = evaluate_longrange(args.run_dir, cfg, resume=not args.recompute, progress=not args.json)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    shown = []
+    for r in rows:
+        shown.append({
+            "length": f"{r['length']:,}", "depth": "" if r.get("depth") is None else r["depth"],
+            "accuracy": "" if r.get("accuracy") is None else f"{r['accuracy']:.2f}",
+            "tokens_per_s": "" if r.get("tokens_per_s") is None else f"{r['tokens_per_s']:,.0f}",
+            "peak_rss_mb": "" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f}",
+            "status": r["status"][:90],
+        })
+    _print_table(shown, ["length", "depth", "accuracy", "tokens_per_s", "peak_rss_mb", "status"])
+    print(f"rows kept in {Path(args.run_dir) / (args.command + '.json')} and result.json")
+    return 0
+
+
+def _longrange_parser(sub, name: str, help_text: str, default_lengths: str):
+    s = sub.add_parser(name, help=help_text)
+    s.add_argument("run_dir", help="a trained run folder (e.g. fine-tuned with task.name=passkey)")
+    s.add_argument("--lengths", type=_numbers(int, "--lengths"), default=_numbers(int, "")(default_lengths),
+                   help=f"prompt lengths in bytes, comma-separated (default {default_lengths})")
+    s.add_argument("--trials", type=int, default=1, help="examples per length (and depth); one batch per length")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--segments-per-call", type=int, default=8, help="segments per model call while streaming")
+    s.add_argument("--time-limit", type=float, default=900.0, help="seconds per length before 'out of budget' (0: none)")
+    s.add_argument("--memory-limit-mb", type=float, default=None, help="resident MB before 'out of budget' (default 60%% of RAM)")
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    s.add_argument("--no-isolate", action="store_true", help="run every length in this process (peak RSS is then cumulative)")
+    s.add_argument("--recompute", action="store_true", help="re-evaluate lengths already in the run folder")
+    s.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    s.set_defaults(fn=cmd_longrange)
+    return s
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memzoo", description="A zoo of memory-augmented transformers on one backbone.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -148,6 +207,16 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="report.html and report.md from a results folder")
     s.add_argument("results_dir")
     s.set_defaults(fn=cmd_report)
+
+    s = _longrange_parser(sub, "passkey", "passkey retrieval by streaming: accuracy, tokens/s, peak memory per (length, depth)",
+                          "4096,32768,262144,1048576")
+    s.add_argument("--depths", type=_numbers(float, "--depths"), default=[0.0, 0.5, 1.0],
+                   help="key depths as fractions, comma-separated (0 start, 1 end; default 0,0.5,1)")
+    s.add_argument("--key-digits", type=int, default=5)
+
+    s = _longrange_parser(sub, "recall", "multi-query associative recall by streaming, per length", "1024,4096,32768")
+    s.add_argument("--pairs", type=int, default=16)
+    s.add_argument("--queries", type=int, default=8)
 
     s = sub.add_parser("footprint", help="state size per method: analytic, card formula, measured")
     s.add_argument("config")

@@ -9,6 +9,7 @@ each run, so a killed suite loses no finished result and never leaves a half-wri
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import itertools
 import json
 import multiprocessing
@@ -40,6 +41,12 @@ class SuiteConfig:
     threads_per_job: int = 0  # torch threads per worker; 0 = cores // jobs
     max_param_spread: float = 0.10  # (max - min) / min of the parameter counts across runs
     out_dir: str = "results"  # the suite's folder is out_dir/name
+    # Optional second stage: run-config overrides for fine-tuning each pretrained run (e.g. on the
+    # passkey task); the pretrained run is kept as NAME-lm and the fine-tuned one is the suite's run.
+    finetune: Any = None
+    # Optional last stage: long-range evaluations of each run, a list of memzoo.longrange.LongRangeConfig
+    # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]); their rows join the results table.
+    longrange: Any = field(default_factory=list)
 
 
 @dataclass
@@ -47,8 +54,17 @@ class RunSpec:
     name: str
     method: str
     seed: int
-    cfg: DictConfig
+    cfg: DictConfig  # the run whose row the table gets (the fine-tuned one when there is a fine-tuning stage)
     grid: dict[str, Any]
+    pretrain: Optional[DictConfig] = None  # the language-model stage fine-tuning starts from
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.cfg.out_dir) / self.name
+
+    @property
+    def steps(self) -> int:
+        return int(self.cfg.train.steps) + (int(self.pretrain.train.steps) if self.pretrain is not None else 0)
 
 
 def load_suite(name_or_path: Optional[str] = "quick", overrides: Optional[list[str]] = None) -> DictConfig:
@@ -135,11 +151,44 @@ def expand(suite: DictConfig) -> list[RunSpec]:
                 if suite.token_budget:
                     per_step = cfg.train.batch_size * cfg.train.window_segments * cfg.model.segment_len
                     cfg.train.steps = max(1, int(suite.token_budget) // per_step)
-                specs.append(RunSpec(name, method, int(seed), cfg, point))
+                pretrain = None
+                if suite.finetune:
+                    pretrain, cfg = cfg, _finetune_config(cfg, suite.finetune, root, name)
+                specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError("two suite runs share a name; check the grid and seeds for duplicates")
     return specs
+
+
+def _finetune_config(pretrain: DictConfig, overrides: Any, root: Path, name: str) -> DictConfig:
+    """The fine-tuning stage: the pretrained run's config, renamed NAME-lm, under `overrides`."""
+    pretrain.name = f"{name}-lm"
+    cfg = OmegaConf.merge(pretrain, overrides)
+    cfg.name = name
+    cfg.task.init_from = str(root / "runs" / pretrain.name)
+    return resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=f"suite finetune {name}"))
+
+
+def longrange_configs(suite: DictConfig, threads: int = 0) -> list[Any]:
+    """The suite's long-range evaluations as LongRangeConfig objects (validated early)."""
+    from memzoo.longrange import LongRangeConfig
+
+    configs = []
+    for i, options in enumerate(suite.longrange or []):
+        opts = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else dict(options)
+        try:
+            configs.append(LongRangeConfig(**{"threads": threads, **opts}))
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"suite.longrange[{i}]: {err}") from None
+    return configs
+
+
+def is_finished(spec: RunSpec, suite: DictConfig) -> bool:
+    """Trained and evaluated, and, if the suite has long-range stages, those are done too."""
+    if not (spec.run_dir / "result.json").is_file():
+        return False
+    return not suite.longrange or (spec.run_dir / "longrange-done.json").is_file()
 
 
 def parameter_counts(specs: list[RunSpec]) -> dict[str, int]:
@@ -167,6 +216,9 @@ def result_row(run_dir: Path, spec_grid: Optional[dict[str, Any]] = None) -> dic
     for i, value in enumerate(row.get("bpb_by_segment") or []):
         row[f"bpb_seg_{i}"] = value
     row["gates_json"] = json.dumps(row.pop("gates", {}))
+    for task in ("passkey", "recall"):  # long-range rows: one JSON list per run (memzoo.analysis.longrange_table)
+        if task in row:
+            row[f"{task}_json"] = json.dumps(row.pop(task))
     row["run_dir"] = str(run_dir)
     for key, value in (spec_grid or {}).items():
         row[f"grid_{key}"] = value
@@ -177,9 +229,8 @@ def write_table(root: Path, specs: list[RunSpec]) -> pd.DataFrame:
     """results.parquet (and .csv) from every finished run of the suite, written atomically."""
     rows = []
     for s in specs:
-        run_dir = Path(s.cfg.out_dir) / s.name
-        if (run_dir / "result.json").is_file():
-            rows.append(result_row(run_dir, s.grid))
+        if (s.run_dir / "result.json").is_file():
+            rows.append(result_row(s.run_dir, s.grid))
     df = pd.DataFrame(rows)
     if rows:
         tmp = root / "results.parquet.tmp"
@@ -191,11 +242,15 @@ def write_table(root: Path, specs: list[RunSpec]) -> pd.DataFrame:
     return df
 
 
-def _worker(cfg_yaml: str, run_dir: str, threads: int, imports: list[str]) -> dict[str, Any]:
-    """Train and evaluate one run in this (fresh) process; progress goes to run_dir/progress.json."""
+def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imports: list[str],
+            longrange: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every stage of one run in this (fresh) process: pretraining (if any), training or
+    fine-tuning, long-range evaluations. Each stage resumes or is skipped when already done.
+    Progress goes to run_dir/progress.json."""
     import torch
 
     from memzoo.config import load_config as _load
+    from memzoo.longrange import LongRangeConfig, evaluate_longrange
     from memzoo.train import train
 
     if threads:
@@ -203,15 +258,36 @@ def _worker(cfg_yaml: str, run_dir: str, threads: int, imports: list[str]) -> di
     import_plugins(imports)
     path = Path(run_dir)
     path.mkdir(parents=True, exist_ok=True)
-    cfg_file = path / "suite-config.yaml"
-    cfg_file.write_text(cfg_yaml)
-    cfg = _load(str(cfg_file))
+    done_before = 0
+    for stage in ("pretrain", "run"):
+        text = spec_yaml.get(stage)
+        if text is None:
+            continue
+        cfg_file = path / f"suite-{stage}-config.yaml"
+        cfg_file.write_text(text)
+        cfg = _load(str(cfg_file))
+        stage_dir = Path(cfg.out_dir) / cfg.name
+        total = sum(int(_load_steps(t)) for t in spec_yaml.values() if t is not None)
 
-    def progress(step: int) -> None:
-        (path / "progress.json").write_text(json.dumps({"step": step, "steps": int(cfg.train.steps)}))
+        def progress(step: int, offset: int = done_before) -> None:
+            (path / "progress.json").write_text(json.dumps({"step": offset + step, "steps": total}))
 
-    train(cfg, run_dir=path, on_step=progress, progress=False)
+        if not (stage_dir / "result.json").is_file():
+            train(cfg, run_dir=stage_dir, on_step=progress, progress=False)
+        done_before += int(cfg.train.steps)
+    for options in longrange:
+        evaluate_longrange(path, LongRangeConfig(**options), resume=True, progress=False)
+    if longrange:
+        (path / "longrange-done.json").write_text(json.dumps(longrange))
     return json.loads((path / "result.json").read_text())
+
+
+def _load_steps(cfg_yaml: str) -> int:
+    return int(OmegaConf.create(cfg_yaml).train.steps)
+
+
+def _stage_yaml(spec: RunSpec) -> dict[str, Optional[str]]:
+    return {"pretrain": to_yaml(spec.pretrain) if spec.pretrain is not None else None, "run": to_yaml(spec.cfg)}
 
 
 def _progress_of(run_dir: Path) -> int:
@@ -234,11 +310,12 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
         print(f"suite {suite.name}: {len(specs)} runs; parameters {min(counts.values()):,}..{max(counts.values()):,} "
               f"(spread {spread:.1%}); folder {root}")
 
-    todo = [s for s in specs if not (Path(s.cfg.out_dir) / s.name / "result.json").is_file()]
+    longrange = [dataclasses.asdict(c) for c in longrange_configs(suite)]
+    todo = [s for s in specs if not is_finished(s, suite)]
     jobs = jobs or suite.jobs
     threads = suite.threads_per_job or max(1, (os.cpu_count() or 1) // jobs)
-    total_steps = sum(int(s.cfg.train.steps) for s in specs)
-    done_steps = sum(int(s.cfg.train.steps) for s in specs if s not in todo)
+    total_steps = sum(s.steps for s in specs)
+    done_steps = sum(s.steps for s in specs if s not in todo)
     bar = tqdm(total=total_steps, initial=done_steps, desc=f"suite {suite.name}", unit="step", disable=not progress,
                dynamic_ncols=True)
     failures: dict[str, str] = {}
@@ -246,7 +323,8 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
     pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1)
     try:
         futures = {
-            pool.submit(_worker, to_yaml(s.cfg), str(Path(s.cfg.out_dir) / s.name), threads, list(suite.imports)): s
+            pool.submit(_worker, _stage_yaml(s), str(s.run_dir), threads, list(suite.imports),
+                        [{**lr, "threads": threads} for lr in longrange]): s
             for s in todo
         }
         pending = set(futures)
@@ -260,12 +338,12 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
                 except Exception as err:  # one failed run must not lose the others
                     failures[spec.name] = f"{type(err).__name__}: {err}"
                     bar.write(f"run {spec.name} failed: {failures[spec.name]} (its checkpoint is kept; re-run to resume)")
-                finished_steps += int(spec.cfg.train.steps)
+                finished_steps += spec.steps
                 write_table(root, specs)
             active = [futures[f] for f in pending if f.running()]
-            running = {s.name: _progress_of(Path(s.cfg.out_dir) / s.name) for s in active}
+            running = {s.name: _progress_of(s.run_dir) for s in active}
             bar.n = finished_steps + sum(running.values())
-            bar.set_postfix_str(" ".join(f"{s.name}:{running[s.name]}/{s.cfg.train.steps}" for s in active)[:200])
+            bar.set_postfix_str(" ".join(f"{s.name}:{running[s.name]}/{s.steps}" for s in active)[:200])
             bar.refresh()
     except KeyboardInterrupt:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -81,6 +81,20 @@ class EvalConfig:
 
 
 @dataclass
+class TaskConfig:
+    """What a run trains on: the corpus (`lm`) or a synthetic task (memzoo.tasks), optionally
+    starting from another run's weights (fine-tuning)."""
+
+    name: str = "lm"  # lm | passkey | recall
+    init_from: Optional[str] = None  # a run folder whose trained weights to start from
+    lengths: list[int] = field(default_factory=lambda: [1024, 2048])  # example bytes; one drawn per step
+    loss: str = "answer"  # answer: loss on the answer bytes only | all: on every byte
+    key_digits: int = 5  # passkey: digits of the key
+    pairs: int = 16  # recall: key-value pairs
+    queries: int = 8  # recall: keys asked again
+
+
+@dataclass
 class RunConfig:
     name: str = "run"
     seed: int = 0
@@ -90,6 +104,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
     # Per-method memory options for commands that consider several methods on one backbone
     # (footprint tables, comparison suites): {method name: {option: value}}.
     methods: Any = field(default_factory=dict)
@@ -189,6 +204,12 @@ def resolve(cfg: DictConfig) -> DictConfig:
         raise ConfigError(
             f"train.bptt_segments={cfg.train.bptt_segments} must be >= 1 and divide train.window_segments={cfg.train.window_segments}"
         )
+    from memzoo.tasks import check_task
+
+    try:
+        check_task(cfg.task)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return cfg
 
 

@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from memzoo.analysis import bpb_by_segment, cost_per_method, footprint_vs_bpb, gate_heatmaps, load_results, summary_table
+from memzoo.analysis import (bpb_by_segment, cost_per_method, cost_vs_length, footprint_vs_bpb, gate_heatmaps,
+                             load_results, longrange_table, passkey_heatmaps, summary_table)
 
 FIGURES = {
     "footprint": "Footprint (state numbers per sequence, log) against valid bits per byte",
     "segments": "Bits per byte by segment index within the document",
     "cost": "Evaluation throughput and peak resident memory per method",
     "gates": "Per-head gate values per layer (0 = local attention only, 1 = memory only)",
+    "passkey": "Passkey accuracy by prompt length and key depth (oob: out of the time or memory budget)",
+    "length_cost": "Peak resident memory and streaming throughput against prompt length (passkey streams)",
 }
 
 
@@ -61,7 +64,25 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
     fig = gate_heatmaps(df)
     if fig is not None:
         _save(fig, paths.setdefault("gates", out / "gates.png"))
+    fig = passkey_heatmaps(df)
+    if fig is not None:
+        _save(fig, paths.setdefault("passkey", out / "passkey.png"))
+    axes = cost_vs_length(df)
+    if axes is not None:
+        _save(axes[0].figure, paths.setdefault("length_cost", out / "cost_vs_length.png"))
     return paths
+
+
+def passkey_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per method and length: mean passkey accuracy over depths, throughput, peak memory, status."""
+    table = longrange_table(df, "passkey")
+    if table.empty:
+        return table
+    table = table.assign(ok=table["status"] == "ok")
+    out = table.groupby(["method", "length"], as_index=False).agg(
+        accuracy=("accuracy", "mean"), tokens_per_s=("tokens_per_s", "mean"), peak_rss_mb=("peak_rss_mb", "mean"),
+        within_budget=("ok", "all"))
+    return out.astype({"length": int})
 
 
 def write_report(results_dir: str | Path) -> tuple[Path, Path]:
@@ -84,7 +105,10 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
         notes.append(f"Parameter counts span {min(params['counts'].values()):,} to {max(params['counts'].values()):,} "
                      f"(spread {params['spread']:.1%}).")
 
+    passkey = passkey_summary(df)
     md = [f"# {title}", "", *[f"- {n}" for n in notes], "", "## Summary", "", _table_md(shown), ""]
+    if not passkey.empty:
+        md += ["## Passkey retrieval (accuracy averaged over depths)", "", _table_md(passkey), ""]
     for key, path in figures.items():
         md += [f"## {FIGURES[key]}", "", f"![{key}]({path.name})", ""]
     md_path = root / "report.md"
@@ -95,6 +119,9 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}</style></head><body>",
              f"<h1>{html.escape(title)}</h1><ul>", *[f"<li>{html.escape(n)}</li>" for n in notes], "</ul>",
              "<h2>Summary</h2>", shown.to_html(index=False, float_format=lambda v: _fmt(float(v)), na_rep="")]
+    if not passkey.empty:
+        parts += ["<h2>Passkey retrieval (accuracy averaged over depths)</h2>",
+                  passkey.to_html(index=False, float_format=lambda v: _fmt(float(v)), na_rep="")]
     for key, path in figures.items():
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts += [f"<h2>{html.escape(FIGURES[key])}</h2>", f"<img alt='{key}' src='data:image/png;base64,{data}'>"]

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from memzoo.config import TrainConfig, load_config, memory_config, model_config, to_yaml
 from memzoo.data import Batch, WindowSampler, load_documents, split_documents
 from memzoo.model import MemoryModel, ModelState
+from memzoo.tasks import TaskSampler
 
 LN2 = math.log(2.0)
 
@@ -127,6 +128,25 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     return cfg, model
 
 
+def load_run_weights(run_dir: str | Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """The trained weights of a run folder (`task.init_from`: fine-tuning starts from them)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "checkpoint.pt").is_file():
+        raise FileNotFoundError(f"task.init_from={str(run_dir)!r} has no checkpoint.pt; train that run first")
+    return load_checkpoint(run_dir, device)["model"]
+
+
+def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
+    """step -> training batch: corpus windows (task lm) or a synthetic task's examples."""
+    tc = cfg.train
+    if cfg.task.name == "lm":
+        docs = split_documents(load_documents(cfg.data), cfg.data)
+        sampler = WindowSampler(docs["train"], cfg.model.segment_len, cfg.seed)
+        return lambda step: sampler.sample(step, tc.batch_size, tc.window_segments)
+    task_sampler = TaskSampler(cfg.task, cfg.model.segment_len, cfg.seed)
+    return lambda step: task_sampler.sample(step, tc.batch_size)
+
+
 def _truncate_metrics(path: Path, step: int) -> None:
     """Drop logged rows past the checkpoint a run resumes from (they will be logged again)."""
     if not path.is_file():
@@ -179,8 +199,13 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         step = int(ckpt["step"])
         _truncate_metrics(run_dir / "metrics.jsonl", step)
 
-    docs = split_documents(load_documents(cfg.data), cfg.data)
-    sampler = WindowSampler(docs["train"], cfg.model.segment_len, cfg.seed)
+    elif cfg.task.init_from:
+        try:
+            model.load_state_dict(load_run_weights(cfg.task.init_from, device))
+        except RuntimeError as err:
+            raise ValueError(f"task.init_from={cfg.task.init_from!r} holds weights of another model or memory config: "
+                             f"{str(err).splitlines()[0]}") from None
+    sample = batch_source(cfg)
     metrics = run_dir / "metrics.jsonl"
     bar = tqdm(total=tc.steps, initial=step, desc=f"train {cfg.name}", disable=not progress, dynamic_ncols=True)
     model.train()
@@ -190,7 +215,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     try:
         while step < tc.steps:
             rng_at_step_start = torch.get_rng_state()
-            batch = sampler.sample(step, tc.batch_size, tc.window_segments).to(device)
+            batch = sample(step).to(device)
             lr = lr_at(step, tc)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_mult", 1.0)
@@ -201,7 +226,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             step += 1
             in_update, rng_at_step_start = False, None
             optimizer.zero_grad(set_to_none=True)
-            tokens_since += res.tokens
+            tokens_since += batch.tokens.numel()  # every input position is computed (answer-only losses too)
             bpb = res.nll_sum / max(res.tokens, 1) / LN2
             bar.update(1)
             bar.set_postfix(bpb=f"{bpb:.3f}", lr=f"{lr:.2e}")

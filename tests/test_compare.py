@@ -2,6 +2,7 @@
 worker, and a plugin from outside the package taking part without any change to memzoo."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,8 @@ import pytest
 import torch
 
 from memzoo.compare import check_parameter_spread, expand, load_suite, parameter_counts, run_suite
-from memzoo.config import ConfigError
+from memzoo.analysis import longrange_table
+from memzoo.config import ConfigError, load_config
 from memzoo.report import write_report
 from memzoo.train import load_checkpoint
 
@@ -162,3 +164,57 @@ def test_a_plugin_from_outside_the_package_runs_in_a_suite(tmp_path: Path) -> No
     table = run_suite(suite, progress=False)
     row = table[table["method"] == "outside-mean"].iloc[0]
     assert row["footprint_measured"] == row["footprint_analytic"] == (2 * 16 + 1) * 2
+
+
+def test_longrange_suite_pretrains_finetunes_and_streams(tmp_path: Path) -> None:
+    """A suite with a fine-tuning stage and a passkey stage: the pretrained run is kept beside the
+    fine-tuned one, the passkey rows reach the table and the report, and a suite interrupted
+    after training re-runs only what is missing."""
+    suite = load_suite(str(write_suite(tmp_path, """
+        methods: [local, infini-linear]
+        token_budget: 768
+        jobs: 2
+        finetune:
+          task: {name: passkey, lengths: [300]}
+          train: {steps: 3}
+        longrange:
+          - {task: passkey, lengths: [300, 600], depths: [0, 1], isolate: false}
+          - {task: recall, lengths: [200], pairs: 4, queries: 2}   # in a process of its own, inside the worker
+    """)))
+    table = run_suite(suite, progress=False)
+    root = tmp_path / "results" / "tiny"
+    runs = root / "runs"
+    for method in ("local", "infini-linear"):
+        lm = json.loads((runs / f"{method}-s0-lm" / "result.json").read_text())
+        assert lm["train_steps"] == 6
+        cfg = load_config(str(runs / f"{method}-s0" / "config.yaml"))
+        assert cfg.task.name == "passkey" and cfg.task.init_from == str(runs / f"{method}-s0-lm")
+    assert (table["train_steps"] == 3).all()
+    pk = longrange_table(table, "passkey")
+    assert len(pk) == 8 and set(zip(pk["length"], pk["depth"])) == {(300, 0), (300, 1), (600, 0), (600, 1)}
+    assert (pk["status"] == "ok").all() and pk["accuracy"].between(0, 1).all() and (pk["peak_rss_mb"] > 0).all()
+    recall = longrange_table(table, "recall")
+    assert len(recall) == 2 and recall["rss_isolated"].all()
+
+    md, html = write_report(root)
+    assert "## Passkey retrieval" in md.read_text() and (root / "passkey.png").stat().st_size > 1000
+    assert (root / "cost_vs_length.png").stat().st_size > 1000
+
+    run = runs / "infini-linear-s0"
+    (run / "longrange-done.json").unlink()
+    (run / "passkey.json").unlink()
+    stamp = (run / "checkpoint.pt").stat().st_mtime_ns
+    run_suite(suite, progress=False)
+    assert (run / "checkpoint.pt").stat().st_mtime_ns == stamp, "a finished stage was trained again"
+    assert len(json.loads((run / "passkey.json").read_text())) == 4
+
+
+def test_bad_longrange_stage_fails_before_training(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path, """
+        methods: [local]
+        longrange:
+          - {task: passkey, lengths: [4096], depths: [0, 2]}
+    """)))
+    with pytest.raises(ConfigError, match=r"suite.longrange\[0\]: depths=\[0, 2\]"):
+        run_suite(suite, progress=False)
+    assert not (tmp_path / "results" / "tiny" / "runs").exists()

@@ -1,0 +1,286 @@
+"""Long-range evaluation by streaming: passkey retrieval and associative recall at lengths up to
+1M bytes, fed segment by segment through the state API (`StreamingDecoder`), with a time and
+memory budget per length.
+
+Every row of one length is streamed as one batch (all depths x trials; the prompts have equal
+length), in a fresh worker process by default so that `peak_rss_mb` is that length's own peak
+(a process's peak resident memory only grows). A length that runs past its budget, or whose
+worker dies, gives rows with status "out of budget: ..." and no accuracy, not a crash.
+
+Results go to RUN_DIR/passkey.json (or recall.json), written after each length, and into the
+run's result.json under "passkey" ("recall"); an interrupted evaluation keeps finished lengths
+and skips them when run again.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import multiprocessing
+import os
+import time
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from tqdm.auto import tqdm
+
+from memzoo.evaluate import peak_rss_mb
+from memzoo.generate import StreamingDecoder
+from memzoo.model import MemoryModel
+from memzoo.tasks import bytes_to_tensor, passkey_fixed_bytes, passkey_prompt, random_key, recall_example, score_passkey
+
+
+def total_memory_mb() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+
+
+def current_rss_mb() -> float:
+    """Resident memory of this process now (Linux /proc; falls back to the peak elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return peak_rss_mb()
+
+
+@dataclass
+class LongRangeConfig:
+    """What to measure and the budget per length."""
+
+    task: str = "passkey"  # passkey | recall
+    lengths: list[int] = field(default_factory=lambda: [4096, 32768, 262144, 1048576])
+    depths: list[float] = field(default_factory=lambda: [0.0, 0.5, 1.0])  # passkey
+    trials: int = 1  # examples per (length, depth); different keys
+    key_digits: int = 5  # passkey
+    pairs: int = 16  # recall
+    queries: int = 8  # recall
+    seed: int = 0
+    segments_per_call: int = 8  # segments per model call while streaming (bounds the live activations)
+    time_limit_s: Optional[float] = 900.0  # per length; None = no limit
+    memory_limit_mb: Optional[float] = None  # resident memory; None = 60% of physical memory
+    isolate: bool = True  # each length in a fresh process (per-length peak RSS; survives an OOM kill)
+    threads: int = 0  # torch threads in the worker; 0 = torch's default
+
+    def __post_init__(self) -> None:
+        if self.task not in ("passkey", "recall"):
+            raise ValueError(f"long-range task={self.task!r}; expected passkey or recall")
+        if not self.lengths or min(self.lengths) < 1:
+            raise ValueError(f"lengths={self.lengths}; expected positive byte counts")
+        if self.task == "passkey" and any(not 0 <= d <= 1 for d in self.depths):
+            raise ValueError(f"depths={self.depths}; expected fractions in [0, 1]")
+        if self.trials < 1:
+            raise ValueError(f"trials={self.trials}; expected >= 1")
+        shortest = passkey_fixed_bytes(self.key_digits) if self.task == "passkey" else 2 * (self.pairs + self.queries)
+        if min(self.lengths) < shortest:
+            raise ValueError(f"lengths={self.lengths}: {min(self.lengths)} is shorter than the shortest {self.task} "
+                             f"example ({shortest} bytes)")
+        if self.segments_per_call < 1:
+            raise ValueError(f"segments_per_call={self.segments_per_call}; expected >= 1")
+
+    def settings(self) -> dict[str, Any]:
+        """The options that change results (rows with other settings are not reused)."""
+        keys = ("trials", "seed", "key_digits") if self.task == "passkey" else ("trials", "seed", "pairs", "queries")
+        return {k: getattr(self, k) for k in keys}
+
+
+class OutOfBudget(Exception):
+    pass
+
+
+class _Meter:
+    """Checks the time and memory budget between model calls."""
+
+    def __init__(self, cfg: LongRangeConfig):
+        self.start = time.perf_counter()
+        self.time_limit = cfg.time_limit_s
+        self.memory_limit = cfg.memory_limit_mb or 0.6 * total_memory_mb()
+        self.done = 0
+        self.last_time = self.start
+
+    def check(self, done: int, total: int) -> None:
+        """Stop when the time limit is passed, or is sure to be: after 2% of the tokens, the time
+        so far plus the rest at the latest chunk's rate (a lower bound when the state grows)."""
+        now = time.perf_counter()
+        elapsed = now - self.start
+        rate = (now - self.last_time) / max(done - self.done, 1)  # seconds per token, latest chunk
+        projected = elapsed + rate * (total - done)
+        self.done, self.last_time = done, now
+        if self.time_limit is not None and done < total:
+            if elapsed > self.time_limit:
+                raise OutOfBudget(f"time limit {self.time_limit:.0f} s reached after {done:,} of {total:,} tokens per row")
+            if done >= 0.02 * total and projected > self.time_limit:
+                raise OutOfBudget(f"time limit {self.time_limit:.0f} s: projected {projected:,.0f} s after {done:,} of "
+                                  f"{total:,} tokens per row")
+        rss = current_rss_mb()
+        if rss > self.memory_limit:
+            raise OutOfBudget(f"memory limit {self.memory_limit:,.0f} MB reached ({rss:,.0f} MB) after {done:,} of {total:,} tokens per row")
+
+
+def _stream(decoder: StreamingDecoder, data: torch.Tensor, meter: _Meter, desc: str, progress: bool) -> float:
+    """Feed data [B, L] (uint8) chunk by chunk; returns the seconds it took."""
+    chunk = decoder.segments_per_call * decoder.n
+    total = data.shape[1]
+    start = time.perf_counter()
+    with tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=not progress, dynamic_ncols=True, leave=False) as bar:
+        for a in range(0, total, chunk):
+            b = min(total, a + chunk)
+            decoder.feed(data[:, a:b].long())
+            bar.update(b - a)
+            meter.check(b, total)
+    return time.perf_counter() - start
+
+
+def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
+                   progress: bool = True) -> list[dict[str, Any]]:
+    """Rows (one per depth) for one length: every depth x trial streamed as one batch."""
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + length)
+    prompts = [passkey_prompt(length, d, random_key(gen, cfg.key_digits)) for d in cfg.depths for _ in range(cfg.trials)]
+    data = torch.stack([bytes_to_tensor(p.prompt).to(torch.uint8) for p in prompts])  # [B, L]: 1 byte per token
+    decoder = StreamingDecoder(model, len(prompts), cfg.segments_per_call, precision)
+    meter = _Meter(cfg)
+    base = {"task": "passkey", "length": length, "tokens": data.shape[1], "rows_in_batch": len(prompts), **cfg.settings()}
+    try:
+        seconds = _stream(decoder, data, meter, f"passkey {length:,}", progress)
+        generated = decoder.generate(cfg.key_digits + 2, feed_last=False).cpu()  # " NNNNN."
+    except OutOfBudget as err:
+        return [{**base, "depth": d, "status": f"out of budget: {err}", "accuracy": None, "tokens_done": meter.done,
+                 "tokens_per_s": None, "peak_rss_mb": peak_rss_mb()} for d in cfg.depths]
+    texts = [bytes(row.tolist()) for row in generated]
+    rows = []
+    for i, depth in enumerate(cfg.depths):
+        idx = range(i * cfg.trials, (i + 1) * cfg.trials)
+        correct = sum(score_passkey(texts[j], prompts[j].key) for j in idx)
+        rows.append({**base, "depth": depth, "status": "ok", "accuracy": correct / cfg.trials, "correct": correct,
+                     "tokens_done": data.shape[1], "tokens_per_s": data.numel() / max(seconds, 1e-9),
+                     "seconds": seconds, "peak_rss_mb": peak_rss_mb(),
+                     "keys": [prompts[j].key for j in idx],
+                     "generated": [texts[j].decode("latin-1") for j in idx]})
+    return rows
+
+
+def recall_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
+                  progress: bool = True) -> list[dict[str, Any]]:
+    """One row for one length: `trials` examples streamed as one batch; the pairs and the queries
+    are `length` bytes apart at most; teacher-forced accuracy at the answer positions."""
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + length)
+    examples = [recall_example(gen, length, cfg.pairs, cfg.queries) for _ in range(cfg.trials)]
+    data = torch.stack([bytes_to_tensor(e.tokens).to(torch.uint8) for e in examples])  # [B, L]
+    tail = 2 * cfg.queries  # queries and answers, all at the end
+    decoder = StreamingDecoder(model, len(examples), cfg.segments_per_call, precision)
+    meter = _Meter(cfg)
+    base = {"task": "recall", "length": length, "depth": None, "tokens": data.shape[1], "rows_in_batch": len(examples),
+            **cfg.settings()}
+    try:
+        seconds = _stream(decoder, data[:, :-tail], meter, f"recall {length:,}", progress)
+        logits = decoder.feed(data[:, -tail:].long(), return_logits=True)  # [B, 2Q, V]
+    except OutOfBudget as err:
+        return [{**base, "status": f"out of budget: {err}", "accuracy": None, "tokens_done": meter.done,
+                 "tokens_per_s": None, "peak_rss_mb": peak_rss_mb()}]
+    predicted = logits[:, 0::2].argmax(-1).cpu()  # [B, Q]: the prediction after each query key
+    answers = torch.stack([bytes_to_tensor(e.answers) for e in examples])  # [B, Q]
+    hits = predicted == answers
+    return [{**base, "status": "ok", "accuracy": float(hits.float().mean()), "exact": float(hits.all(1).float().mean()),
+             "tokens_done": data.shape[1], "tokens_per_s": data.numel() / max(seconds, 1e-9), "seconds": seconds,
+             "peak_rss_mb": peak_rss_mb()}]
+
+
+def evaluate_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
+                    progress: bool = True) -> list[dict[str, Any]]:
+    fn = passkey_length if cfg.task == "passkey" else recall_length
+    return fn(model, length, cfg, precision, progress)
+
+
+def _length_worker(run_dir: str, length: int, cfg_dict: dict[str, Any], progress: bool) -> list[dict[str, Any]]:
+    """One length in this (fresh) process."""
+    from memzoo.train import load_run
+
+    cfg = LongRangeConfig(**cfg_dict)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    run_cfg, model = load_run(run_dir)
+    rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress)
+    for r in rows:
+        r["rss_isolated"] = True
+    return rows
+
+
+def _run_isolated(run_dir: Path, length: int, cfg: LongRangeConfig, progress: bool) -> list[dict[str, Any]]:
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as pool:
+        future = pool.submit(_length_worker, str(run_dir), length, asdict(cfg), progress)
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            depths = cfg.depths if cfg.task == "passkey" else [None]
+            return [{"task": cfg.task, "length": length, "depth": d, **cfg.settings(), "accuracy": None,
+                     "tokens_per_s": None, "peak_rss_mb": None,
+                     "status": "out of budget: the worker process died (killed, most likely for memory)"}
+                    for d in depths]
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+def _done(rows: list[dict[str, Any]], length: int, cfg: LongRangeConfig) -> bool:
+    """Rows for every depth at this length with the same settings are already there."""
+    mine = [r for r in rows if r["length"] == length and all(r.get(k) == v for k, v in cfg.settings().items())]
+    want = set(cfg.depths) if cfg.task == "passkey" else {None}
+    return want <= {r.get("depth") for r in mine}
+
+
+def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool = True, progress: bool = True,
+                       model: Optional[MemoryModel] = None) -> list[dict[str, Any]]:
+    """Every length of `cfg` for the run in `run_dir`; returns this evaluation's rows (one per
+    (length, depth) for passkey, per length for recall), keeping them in RUN_DIR/TASK.json and
+    result.json. `model`: evaluate this model in-process instead of loading the run (isolate off)."""
+    from memzoo.train import load_run
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
+    store = run_dir / f"{cfg.task}.json"
+    kept: list[dict[str, Any]] = json.loads(store.read_text()) if store.is_file() else []
+    run_cfg = None
+    if not cfg.isolate:
+        run_cfg, loaded = load_run(run_dir)
+        model = model or loaded
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+    for length in tqdm(cfg.lengths, desc=f"{cfg.task} {run_dir.name}", disable=not progress, dynamic_ncols=True):
+        if resume and _done(kept, length, cfg):
+            continue
+        if cfg.isolate:
+            rows = _run_isolated(run_dir, length, cfg, progress)
+        else:
+            rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress)
+            for r in rows:
+                r["rss_isolated"] = False
+        keys = {(length, r.get("depth")) for r in rows}
+        kept = [r for r in kept if (r["length"], r.get("depth")) not in keys] + rows
+        kept.sort(key=lambda r: (r["length"], -1 if r.get("depth") is None else r["depth"]))
+        _atomic_json(store, kept)
+    method = _method_of(run_dir)
+    for r in kept:
+        r["method"] = method
+    _merge_into_result(run_dir, cfg.task, kept)
+    wanted = set(cfg.lengths)
+    return [r for r in kept if r["length"] in wanted and all(r.get(k) == v for k, v in cfg.settings().items())]
+
+
+def _method_of(run_dir: Path) -> str:
+    from omegaconf import OmegaConf
+
+    return str(OmegaConf.load(run_dir / "config.yaml").memory.name)
+
+
+def _merge_into_result(run_dir: Path, task: str, rows: list[dict[str, Any]]) -> None:
+    """result.json (the run's table row) gains the task's rows under its name; nothing else changes."""
+    path = run_dir / "result.json"
+    row = json.loads(path.read_text()) if path.is_file() else {"name": run_dir.name, "method": _method_of(run_dir)}
+    row[task] = [{k: v for k, v in r.items() if k not in ("generated", "keys")} for r in rows]
+    _atomic_json(path, row)

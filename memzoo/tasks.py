@@ -1,0 +1,176 @@
+"""Synthetic long-range tasks, byte-level: passkey retrieval in the Infini paper's format and
+multi-query associative recall (zoology's MQAR), plus the sampler that turns either into training
+batches for fine-tuning.
+
+Passkey (Infini-attention appendix B): a preamble, the filler repeated x times, the key sentence,
+the filler repeated y times, the question. x / (x + y) is the key's depth: 0 puts the key right
+after the preamble, 1 right before the question. The answer is " NNNNN." and is scored by exact
+match of the generated digits.
+
+Associative recall: P distinct (key, value) byte pairs, a gap of filler, then Q of the keys again,
+each followed by its value. Keys and values are bytes >= 128, so they never occur in the filler.
+Scored by teacher-forced accuracy at the answer positions (as zoology does).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+import torch
+from torch import Tensor
+
+from memzoo.data import Batch
+
+PREAMBLE = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
+    "I will quiz you about the important information there."
+)
+FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+KEY_SENTENCE = " The pass key is {key}. Remember it. {key} is the pass key."
+QUESTION = " What is the pass key? The pass key is"
+ANSWER = " {key}."
+
+TASKS = ("lm", "passkey", "recall")
+
+
+@dataclass
+class PasskeyPrompt:
+    prompt: bytes  # everything up to and including "The pass key is"
+    key: str  # the digits
+    key_start: int  # byte offset of the key sentence in the prompt
+    fillers_before: int  # x
+    fillers_after: int  # y
+
+    @property
+    def answer(self) -> bytes:
+        return ANSWER.format(key=self.key).encode()
+
+
+def passkey_fixed_bytes(key_digits: int) -> int:
+    """Bytes of a passkey prompt that are not filler."""
+    return len(PREAMBLE) + len(KEY_SENTENCE.format(key="0" * key_digits)) + len(QUESTION)
+
+
+def passkey_prompt(length: int, depth: float, key: str) -> PasskeyPrompt:
+    """The paper's prompt with as many whole fillers as fit in `length` bytes, the key at `depth`.
+
+    The prompt is at most `length` bytes (shorter by less than one filler, 89 bytes).
+    """
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"passkey depth={depth}; expected a fraction in [0, 1] (0 = start, 1 = end)")
+    if not key.isdigit():
+        raise ValueError(f"passkey key={key!r}; expected digits")
+    fixed = passkey_fixed_bytes(len(key))
+    if length < fixed:
+        raise ValueError(f"passkey length={length} is shorter than the prompt without filler ({fixed} bytes)")
+    fillers = (length - fixed) // len(FILLER)
+    before = round(depth * fillers)
+    head = PREAMBLE + FILLER * before
+    text = head + KEY_SENTENCE.format(key=key) + FILLER * (fillers - before) + QUESTION
+    return PasskeyPrompt(text.encode(), key, len(head), before, fillers - before)
+
+
+def random_key(gen: torch.Generator, digits: int) -> str:
+    """A key of exactly `digits` digits (no leading zero)."""
+    low = 10 ** (digits - 1)
+    return str(int(torch.randint(low, 10 * low, (1,), generator=gen)))
+
+
+def score_passkey(generated: bytes, key: str) -> bool:
+    """Exact match: the first run of digits the model wrote (after optional spaces) equals the key."""
+    match = re.match(rb"\s*(\d+)", generated)
+    return bool(match) and match.group(1).decode() == key
+
+
+@dataclass
+class RecallExample:
+    tokens: bytes  # the whole sequence: pairs, gap, queries with their answers
+    answer_positions: list[int]  # positions whose *next* byte is an answer (the query positions)
+    answers: bytes  # the answers, in order
+
+
+KEY_BASE, VALUE_BASE, ALPHABET = 128, 192, 64
+
+
+def recall_example(gen: torch.Generator, length: int, pairs: int, queries: int) -> RecallExample:
+    """P distinct keys with random values, filler up to `length`, then Q distinct keys asked again."""
+    if not 1 <= pairs <= ALPHABET:
+        raise ValueError(f"recall pairs={pairs}; expected 1..{ALPHABET} (one byte per key)")
+    if not 1 <= queries <= pairs:
+        raise ValueError(f"recall queries={queries}; expected 1..pairs={pairs}")
+    gap = length - 2 * pairs - 2 * queries
+    if gap < 0:
+        raise ValueError(f"recall length={length} is shorter than {2 * (pairs + queries)} bytes of pairs and queries")
+    keys = torch.randperm(ALPHABET, generator=gen)[:pairs] + KEY_BASE
+    values = torch.randint(0, ALPHABET, (pairs,), generator=gen) + VALUE_BASE
+    asked = torch.randperm(pairs, generator=gen)[:queries]
+    filler = (FILLER * math.ceil(gap / len(FILLER) + 1)).encode()[:gap]
+    head = bytes(torch.stack((keys, values), 1).flatten().tolist()) + filler
+    tail = bytes(torch.stack((keys[asked], values[asked]), 1).flatten().tolist())
+    positions = [len(head) + 2 * i for i in range(queries)]
+    return RecallExample(head + tail, positions, bytes(values[asked].tolist()))
+
+
+def check_task(task) -> None:
+    """Raise naming the bad key (task is a TaskConfig or its DictConfig)."""
+    if task.name not in TASKS:
+        raise ValueError(f"task.name={task.name!r}; expected one of {', '.join(TASKS)}")
+    if task.loss not in ("answer", "all"):
+        raise ValueError(f"task.loss={task.loss!r}; expected answer or all")
+    if task.name != "lm" and (not task.lengths or min(task.lengths) < 1):
+        raise ValueError(f"task.lengths={list(task.lengths or [])}; expected a non-empty list of positive lengths")
+    if not 1 <= task.key_digits <= 18:
+        raise ValueError(f"task.key_digits={task.key_digits}; expected 1..18")
+    if task.name == "passkey":
+        passkey_prompt(min(task.lengths), 0.0, "1" * task.key_digits)  # raises if too short
+    if task.name == "recall":
+        recall_example(torch.Generator().manual_seed(0), min(task.lengths), task.pairs, task.queries)
+
+
+class TaskSampler:
+    """Fine-tuning batches of a synthetic task, deterministic in (seed, step) like WindowSampler.
+
+    One length per step (all rows equal); each row has its own key and depth (passkey, depth
+    uniform in [0, 1]) or pairs (recall). The sequence is cut into segments of N bytes, the last
+    padded and masked; `loss: answer` masks every target except the answer bytes.
+    """
+
+    def __init__(self, task, segment_len: int, seed: int):
+        check_task(task)
+        self.task, self.n, self.seed = task, segment_len, seed
+
+    def example(self, gen: torch.Generator, length: int) -> tuple[bytes, list[int]]:
+        """(sequence bytes, positions whose next byte is an answer byte)."""
+        if self.task.name == "passkey":
+            depth = float(torch.rand((), generator=gen))
+            p = passkey_prompt(length, depth, random_key(gen, self.task.key_digits))
+            seq = p.prompt + p.answer
+            return seq, list(range(len(p.prompt) - 1, len(seq) - 1))
+        ex = recall_example(gen, length, self.task.pairs, self.task.queries)
+        return ex.tokens, ex.answer_positions
+
+    def sample(self, step: int, batch_size: int) -> Batch:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        lengths = list(self.task.lengths)
+        length = lengths[int(torch.randint(len(lengths), (1,), generator=gen))]
+        examples = [self.example(gen, length) for _ in range(batch_size)]
+        longest = max(len(seq) for seq, _ in examples)
+        s = -(-(longest - 1) // self.n)
+        tokens = torch.zeros(batch_size, s * self.n + 1, dtype=torch.long)
+        mask = torch.zeros(batch_size, s * self.n, dtype=torch.bool)
+        for b, (seq, answer_pos) in enumerate(examples):
+            tokens[b, : len(seq)] = torch.frombuffer(bytearray(seq), dtype=torch.uint8).long()
+            if self.task.loss == "all":
+                mask[b, : len(seq) - 1] = True
+            else:
+                mask[b, answer_pos] = True
+        reset = torch.zeros(batch_size, s, dtype=torch.bool)
+        reset[:, 0] = True
+        return Batch(
+            tokens[:, :-1].reshape(batch_size, s, self.n), tokens[:, 1:].reshape(batch_size, s, self.n),
+            mask.view(batch_size, s, self.n), reset, torch.arange(s).expand(batch_size, s).clone(),
+        )
+
+
+def bytes_to_tensor(data: bytes) -> Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).long()

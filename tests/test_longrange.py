@@ -1,0 +1,140 @@
+"""Streaming long-range evaluation (memzoo passkey / recall) and passkey fine-tuning on tiny runs:
+the bookkeeping of accuracy per depth, the budget, resuming, the isolated worker and the CLI."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import memzoo.longrange as longrange
+from memzoo.config import load_config
+from memzoo.longrange import LongRangeConfig, evaluate_longrange, passkey_length
+from memzoo.train import load_run, train
+
+TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=32", "train.batch_size=2",
+        "train.window_segments=2", "train.bptt_segments=1", "train.warmup_steps=1", "eval.max_docs=2",
+        "eval.max_segments_per_doc=2", "data.max_docs=30"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs")
+    cfg = load_config("infini-linear", TINY + ["train.steps=2", "name=lm", f"out_dir={out}"])
+    return train(cfg, progress=False)
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for name in ("config.yaml", "checkpoint.pt", "result.json"):
+        (dst / name).write_bytes((src / name).read_bytes())
+    return dst
+
+
+def test_accuracy_is_counted_per_depth(run_dir: Path, monkeypatch) -> None:
+    """Rows are depth-major in the batch; a fake decoder answers right exactly where told."""
+    _, model = load_run(run_dir)
+    cfg = LongRangeConfig(lengths=[600], depths=[0.0, 0.5, 1.0], trials=2, isolate=False)
+    seen: dict[str, list[str]] = {}
+
+    def fake_generate(self, max_new_tokens, **kw):
+        keys = seen["keys"]
+        right = [True, True, True, False, False, False]  # depth 0: 2/2, depth 0.5: 1/2, depth 1: 0/2
+        texts = [f" {k}." if ok else " 00000." for k, ok in zip(keys, right)]
+        return torch.tensor([list(t.encode()[:max_new_tokens].ljust(max_new_tokens)) for t in texts])
+
+    real_prompt = longrange.passkey_prompt
+
+    def spy_prompt(length, depth, key):
+        seen.setdefault("keys", []).append(key)
+        return real_prompt(length, depth, key)
+
+    monkeypatch.setattr(longrange.StreamingDecoder, "generate", fake_generate)
+    monkeypatch.setattr(longrange, "passkey_prompt", spy_prompt)
+    rows = passkey_length(model, 600, cfg, progress=False)
+    assert [r["depth"] for r in rows] == [0.0, 0.5, 1.0]
+    assert [r["accuracy"] for r in rows] == [1.0, 0.5, 0.0]
+    assert [r["keys"] for r in rows] == [seen["keys"][0:2], seen["keys"][2:4], seen["keys"][4:6]]
+    assert all(r["status"] == "ok" and r["tokens_per_s"] > 0 and r["peak_rss_mb"] > 0 for r in rows)
+
+
+def test_budget_gives_rows_not_a_crash(run_dir: Path) -> None:
+    _, model = load_run(run_dir)
+    rows = passkey_length(model, 3000, LongRangeConfig(lengths=[3000], depths=[0, 1], time_limit_s=1e-9,
+                                                       segments_per_call=1, isolate=False), progress=False)
+    assert len(rows) == 2 and all(r["accuracy"] is None for r in rows)
+    assert all(r["status"].startswith("out of budget: time limit") for r in rows)
+    assert 0 < rows[0]["tokens_done"] < rows[0]["tokens"]
+    rows = longrange.recall_length(model, 3000, LongRangeConfig(task="recall", lengths=[3000], memory_limit_mb=1,
+                                                                isolate=False), progress=False)
+    assert rows[0]["status"].startswith("out of budget: memory limit 1 MB") and rows[0]["accuracy"] is None
+
+
+def test_rows_are_kept_and_finished_lengths_skipped(run_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    run = copy_run(run_dir, tmp_path / "run")
+    calls = []
+    real = longrange.evaluate_length
+
+    def counting(model, length, cfg, precision="fp32", progress=True):
+        calls.append(length)
+        return real(model, length, cfg, precision, progress)
+
+    monkeypatch.setattr(longrange, "evaluate_length", counting)
+    cfg = LongRangeConfig(lengths=[400, 700], depths=[0.0, 1.0], isolate=False)
+    rows = evaluate_longrange(run, cfg, progress=False)
+    assert calls == [400, 700] and [(r["length"], r["depth"]) for r in rows] == [(400, 0), (400, 1), (700, 0), (700, 1)]
+    result = json.loads((run / "result.json").read_text())
+    assert result["valid_bpb"] > 0, "the run's other columns are kept"
+    assert [(r["length"], r["depth"], r["method"]) for r in result["passkey"]][0] == (400, 0.0, "infini-linear")
+    evaluate_longrange(run, LongRangeConfig(lengths=[400, 1000], depths=[0.0, 1.0], isolate=False), progress=False)
+    assert calls == [400, 700, 1000], "a finished length was evaluated again"
+    evaluate_longrange(run, LongRangeConfig(lengths=[400], depths=[0.0, 1.0], trials=2, isolate=False), progress=False)
+    assert calls[-1] == 400, "other settings must not reuse rows"
+    stored = json.loads((run / "passkey.json").read_text())
+    assert sorted(r["length"] for r in stored) == [400, 400, 700, 700, 1000, 1000]
+
+
+def test_isolated_worker_gives_the_same_rows(run_dir: Path, tmp_path: Path) -> None:
+    """Each length in a fresh process: same answers as in-process, and its own peak memory."""
+    cfg = dict(lengths=[500], depths=[0.0, 1.0], trials=2, threads=1)
+    a = evaluate_longrange(copy_run(run_dir, tmp_path / "a"), LongRangeConfig(**cfg, isolate=True), progress=False)
+    b = evaluate_longrange(copy_run(run_dir, tmp_path / "b"), LongRangeConfig(**cfg, isolate=False), progress=False)
+    assert [r["generated"] for r in a] == [r["generated"] for r in b]
+    assert [r["rss_isolated"] for r in a] == [True, True] and [r["rss_isolated"] for r in b] == [False, False]
+
+
+def test_cli_prints_json_rows(run_dir: Path, tmp_path: Path) -> None:
+    run = copy_run(run_dir, tmp_path / "run")
+    out = subprocess.run([sys.executable, "-m", "memzoo.cli", "passkey", str(run), "--lengths", "300,600",
+                          "--depths", "0,0.5,1", "--no-isolate", "--json"], cwd=tmp_path, capture_output=True,
+                         text=True, check=True)
+    rows = json.loads(out.stdout)
+    assert [(r["length"], r["depth"]) for r in rows] == [(l, d) for l in (300, 600) for d in (0.0, 0.5, 1.0)]
+    for r in rows:
+        assert {"length", "depth", "accuracy", "tokens_per_s", "peak_rss_mb"} <= set(r)
+        assert 0.0 <= r["accuracy"] <= 1.0
+    bad = subprocess.run([sys.executable, "-m", "memzoo.cli", "passkey", str(run), "--lengths", "100"], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "100 is shorter than the shortest passkey example" in bad.stderr
+    out = subprocess.run([sys.executable, "-m", "memzoo.cli", "recall", str(run), "--lengths", "200", "--pairs", "4",
+                          "--queries", "2", "--trials", "3", "--no-isolate", "--json"], cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    (row,) = json.loads(out.stdout)
+    assert row["task"] == "recall" and row["accuracy"] in {i / 6 for i in range(7)}
+
+
+def test_finetuning_starts_from_the_trained_run(run_dir: Path, tmp_path: Path) -> None:
+    _, base = load_run(run_dir)
+    cfg = load_config("infini-linear", TINY + ["train.steps=1", "train.lr=1e-9", "train.weight_decay=0", "name=pk",
+                                               f"out_dir={tmp_path}", "task.name=passkey", f"task.init_from={run_dir}",
+                                               "task.lengths=[300]"])
+    _, tuned = load_run(train(cfg, progress=False, evaluate_at_end=False))
+    for (name, a), b in zip(base.state_dict().items(), tuned.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), name
+    other = load_config("infini-linear", TINY + ["model.d_model=64", "train.steps=1", "name=bad", f"out_dir={tmp_path}",
+                                                 "task.name=passkey", f"task.init_from={run_dir}", "task.lengths=[300]"])
+    with pytest.raises(ValueError, match="task.init_from=.*another model"):
+        train(other, progress=False, evaluate_at_end=False)

@@ -1,0 +1,105 @@
+"""The synthetic long-range tasks: the passkey prompt in the paper's exact format, its scoring,
+associative recall, and the fine-tuning batches (loss only where the answer is)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memzoo.config import ConfigError, TaskConfig, load_config
+from memzoo.tasks import (
+    FILLER, KEY_BASE, PREAMBLE, QUESTION, VALUE_BASE, TaskSampler, passkey_fixed_bytes, passkey_prompt, recall_example,
+    score_passkey,
+)
+
+
+def test_passkey_prompt_is_the_papers_text() -> None:
+    p = passkey_prompt(2000, 0.5, "90541")
+    text = p.prompt.decode()
+    assert text.startswith(
+        "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
+        "I will quiz you about the important information there. The grass is green. The sky is blue. "
+        "The sun is yellow. Here we go. There and back again."
+    )
+    assert text.count(" The pass key is 90541. Remember it. 90541 is the pass key.") == 1
+    assert text.endswith("There and back again. What is the pass key? The pass key is")
+    assert text.count(FILLER) == p.fillers_before + p.fillers_after
+    assert 2000 - len(FILLER) < len(p.prompt) <= 2000
+    assert p.answer == b" 90541."
+
+
+@pytest.mark.parametrize("depth", [0.0, 0.25, 0.5, 1.0])
+def test_passkey_depth_places_the_key(depth: float) -> None:
+    p = passkey_prompt(10_000, depth, "12345")
+    fillers = p.fillers_before + p.fillers_after
+    assert p.fillers_before == round(depth * fillers)
+    text = p.prompt.decode()
+    assert text.index("The pass key is 12345") == p.key_start + 1
+    if depth == 0.0:
+        assert p.key_start == len(PREAMBLE)  # right after the preamble
+    if depth == 1.0:
+        assert text.endswith("12345 is the pass key." + QUESTION)  # right before the question
+    assert abs(p.key_start / len(p.prompt) - depth) < 0.03
+
+
+def test_passkey_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="depth=1.5"):
+        passkey_prompt(4096, 1.5, "12345")
+    with pytest.raises(ValueError, match=f"length=100 .*{passkey_fixed_bytes(5)}"):
+        passkey_prompt(100, 0.0, "12345")
+
+
+@pytest.mark.parametrize("generated,ok", [
+    (b" 12345.", True), (b"12345", True), (b"  12345 is", True), (b" 1234.", False), (b" 123456", False),
+    (b"x12345", False), (b" 12346", False), (b"", False),
+])
+def test_passkey_scoring_is_exact_match(generated: bytes, ok: bool) -> None:
+    assert score_passkey(generated, "12345") is ok
+
+
+def test_recall_example_pairs_then_queries() -> None:
+    ex = recall_example(torch.Generator().manual_seed(3), 300, pairs=10, queries=4)
+    seq = ex.tokens
+    assert len(seq) == 300
+    pairs = {seq[2 * i]: seq[2 * i + 1] for i in range(10)}
+    assert len(pairs) == 10  # distinct keys
+    assert all(KEY_BASE <= k < VALUE_BASE <= v for k, v in pairs.items())
+    assert all(b < 128 for b in seq[20:-8])  # the gap is plain text
+    for pos, answer in zip(ex.answer_positions, ex.answers):
+        assert seq[pos] in pairs and pairs[seq[pos]] == answer == seq[pos + 1]
+    assert len(set(seq[p] for p in ex.answer_positions)) == 4  # distinct queries
+    with pytest.raises(ValueError, match="queries=11"):
+        recall_example(torch.Generator(), 300, pairs=10, queries=11)
+
+
+@pytest.mark.parametrize("task", ["passkey", "recall"])
+def test_task_batches_mask_only_the_answers(task: str) -> None:
+    cfg = TaskConfig(name=task, lengths=[400, 700])
+    sampler = TaskSampler(cfg, segment_len=64, seed=5)
+    batch = sampler.sample(7, 3)
+    again = sampler.sample(7, 3)
+    assert torch.equal(batch.tokens, again.tokens) and torch.equal(batch.mask, again.mask)  # deterministic in step
+    assert not torch.equal(batch.tokens, sampler.sample(8, 3).tokens)
+    b, s, n = batch.tokens.shape
+    flat_tokens, flat_targets = batch.tokens.view(b, -1), batch.targets.view(b, -1)
+    assert torch.equal(flat_tokens[:, 1:], flat_targets[:, :-1])  # targets are the next bytes
+    assert batch.reset[:, 0].all() and not batch.reset[:, 1:].any()
+    for row in range(b):
+        answer = bytes(flat_targets[row][batch.mask[row].view(-1)].tolist())
+        text = bytes(flat_tokens[row].tolist())
+        if task == "passkey":
+            key = answer.decode().strip(" .")
+            assert answer == f" {key}.".encode() and len(key) == 5
+            assert f"The pass key is {key}. Remember it.".encode() in text
+        else:
+            assert len(answer) == cfg.queries and all(v >= VALUE_BASE for v in answer)
+
+
+def test_task_section_is_checked() -> None:
+    with pytest.raises(ConfigError, match="task.name='pass-key'.*lm, passkey, recall"):
+        load_config("local", ["task.name=pass-key"])
+    with pytest.raises(ConfigError, match="task.lenghts"):
+        load_config("local", ["task.lenghts=[100]"])
+    with pytest.raises(ConfigError, match="length=50"):
+        load_config("local", ["task.name=passkey", "task.lengths=[50]"])
+    with pytest.raises(ConfigError, match="task.loss"):
+        load_config("local", ["task.name=recall", "task.loss=some"])
