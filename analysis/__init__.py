@@ -11,6 +11,7 @@ from memzoo.analysis.recipes import (
     footprint_vs_bpb,
     gate_heatmaps,
     gate_table,
+    length_cost_table,
     load_results,
     long_by_segment,
     longrange_table,
@@ -19,4 +20,5 @@ from memzoo.analysis.recipes import (
 )
 
 __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb", "bpb_by_segment",
-           "cost_per_method", "gate_table", "gate_heatmaps", "longrange_table", "passkey_heatmaps", "cost_vs_length"]
+           "cost_per_method", "gate_table", "gate_heatmaps", "longrange_table", "passkey_heatmaps", "cost_vs_length",
+           "length_cost_table"]

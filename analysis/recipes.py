@@ -175,10 +175,13 @@ def passkey_heatmaps(df: pd.DataFrame):
         acc = sub.pivot_table(index="depth", columns="length", values="accuracy", aggfunc="mean", dropna=False)
         ok = sub.assign(ok=sub["status"] == "ok").pivot_table(index="depth", columns="length", values="ok", aggfunc="max")
         acc = acc.reindex(index=ok.index, columns=ok.columns)
-        labels = np.where(ok.values.astype(bool), np.vectorize(lambda v: f"{v:.2f}")(acc.fillna(0).values), "oob")
-        sns.heatmap(acc.astype(float), vmin=0, vmax=1, cmap="viridis", annot=labels, fmt="", cbar=False, ax=ax,
+        within = ok.fillna(False).values.astype(bool)
+        values = acc.astype(float).where(within)  # out of budget: a grey cell marked "oob"
+        sns.heatmap(values, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f", cbar=False, ax=ax,
                     xticklabels=[_length_label(int(c)) for c in acc.columns], yticklabels=[f"{d:g}" for d in acc.index])
         ax.set_facecolor("#cccccc")
+        for i, j in zip(*np.nonzero(~within)):
+            ax.text(j + 0.5, i + 0.5, "oob", ha="center", va="center", color="#333333")
         ax.set_title(m)
         ax.set_xlabel("prompt length (bytes)")
         ax.set_ylabel("key depth")
@@ -211,3 +214,30 @@ def cost_vs_length(df: pd.DataFrame, task: str = "passkey", axes=None):
     axes[1].set_ylabel("streaming tokens per second")
     axes[0].legend(fontsize=8, ncol=2)
     return axes
+
+
+def length_cost_table(df: pd.DataFrame, task: str = "passkey", short: int = 32768, long: int = 1048576) -> pd.DataFrame:
+    """Per method: peak resident memory and streaming throughput at each length, and the ratios
+    long / short (the bounded-memory targets: memory ratio within 1.10, throughput ratio near 1).
+    A length out of budget shows its status instead of numbers."""
+    table = longrange_table(df, task)
+    if table.empty:
+        return pd.DataFrame()
+    out = []
+    for method, sub in table.groupby("method"):
+        row: dict = {"method": method}
+        for length, at in sub.groupby("length"):
+            ok = at[at["status"] == "ok"]
+            label = _length_label(int(length))
+            row[f"rss_mb_{label}"] = ok["peak_rss_mb"].mean() if len(ok) == len(at) else None
+            row[f"tokens_per_s_{label}"] = ok["tokens_per_s"].mean() if len(ok) == len(at) else None
+            if task == "passkey":
+                row[f"accuracy_{label}"] = ok["accuracy"].mean() if len(ok) == len(at) else None
+        s, l = _length_label(short), _length_label(long)
+        if row.get(f"rss_mb_{s}") and row.get(f"rss_mb_{l}"):
+            row["rss_ratio"] = row[f"rss_mb_{l}"] / row[f"rss_mb_{s}"]
+            row["tokens_per_s_ratio"] = row[f"tokens_per_s_{l}"] / row[f"tokens_per_s_{s}"]
+        else:
+            row["rss_ratio"] = row["tokens_per_s_ratio"] = None
+        out.append(row)
+    return pd.DataFrame(out)

@@ -1,4 +1,4 @@
-"""The `memzoo` command: train, eval, compare, report, list, footprint, passkey, recall."""
+"""The `memzoo` command: train, eval, compare, report, list, footprint, passkey, recall, generate."""
 from __future__ import annotations
 
 import argparse
@@ -159,6 +159,25 @@ def cmd_longrange(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from memzoo.generate import StreamingDecoder
+    from memzoo.tasks import bytes_to_tensor
+    from memzoo.train import load_run
+
+    prompt = Path(args.prompt_file).read_bytes() if args.prompt_file else args.prompt.encode()
+    if not prompt:
+        raise ConfigError("the prompt is empty; give --prompt TEXT or --prompt-file FILE")
+    cfg, model = load_run(args.run_dir)
+    decoder = StreamingDecoder(model, 1, precision=cfg.train.precision)
+    decoder.feed(bytes_to_tensor(prompt)[None])
+    gen = torch.Generator().manual_seed(args.seed)
+    new = decoder.generate(args.max_new_tokens, temperature=args.temperature, generator=gen, feed_last=False)
+    sys.stdout.write(bytes(new[0].tolist()).decode("utf-8", errors="replace") + "\n")
+    return 0
+
+
 def _longrange_parser(sub, name: str, help_text: str, default_lengths: str):
     s = sub.add_parser(name, help=help_text)
     s.add_argument("run_dir", help="a trained run folder (e.g. fine-tuned with task.name=passkey)")
@@ -217,6 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = _longrange_parser(sub, "recall", "multi-query associative recall by streaming, per length", "1024,4096,32768")
     s.add_argument("--pairs", type=int, default=16)
     s.add_argument("--queries", type=int, default=8)
+
+    s = sub.add_parser("generate", help="continue a prompt with a trained run (memory is read inside every segment)")
+    s.add_argument("run_dir")
+    s.add_argument("--prompt", default="", help="prompt text")
+    s.add_argument("--prompt-file", default=None, help="read the prompt bytes from a file (e.g. a long document)")
+    s.add_argument("--max-new-tokens", type=int, default=200)
+    s.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(fn=cmd_generate)
 
     s = sub.add_parser("footprint", help="state size per method: analytic, card formula, measured")
     s.add_argument("config")

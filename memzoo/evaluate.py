@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import resource
+import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -23,8 +24,21 @@ from memzoo.train import LN2, autocast_context, token_nll
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """Peak resident memory of this process so far, in MB.
+
+    Linux: VmHWM, the high-water mark of this process image. Not getrusage's ru_maxrss, which a
+    spawned child inherits from its parent across fork and exec (a worker started by a 1.2 GB
+    process would report 1.2 GB before doing anything). Elsewhere: ru_maxrss.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
+    divisor = 2**20 if sys.platform == "darwin" else 1024.0  # macOS reports bytes, Linux KiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / divisor
 
 
 @torch.no_grad()

@@ -36,3 +36,36 @@ def test_results_table_and_figures(tmp_path: Path) -> None:
     assert ax.get_xscale() == "log"
     ax2 = bpb_by_segment(df)
     assert len(ax2.get_lines()) >= 2
+
+
+def test_passkey_recipes_read_json_rows_and_mark_out_of_budget() -> None:
+    import pandas as pd
+
+    from memzoo.analysis import cost_vs_length, longrange_table, passkey_heatmaps
+
+    def rows(method_ok: bool) -> str:
+        out = []
+        for length in (4096, 1048576):
+            for depth in (0.0, 1.0):
+                ok = method_ok or length == 4096
+                out.append({"length": length, "depth": depth, "accuracy": (1.0 if depth else 0.5) if ok else None,
+                            "tokens_per_s": 1000.0 if ok else None, "peak_rss_mb": 500.0 + (length > 4096) if ok else None,
+                            "status": "ok" if ok else "out of budget: time limit"})
+        return json.dumps(out)
+
+    df = pd.DataFrame([{"method": "infini-linear", "seed": 0, "passkey_json": rows(True)},
+                       {"method": "full", "seed": 0, "passkey_json": rows(False)},
+                       {"method": "local", "seed": 0}])  # a run without passkey rows
+    table = longrange_table(df)
+    assert len(table) == 8 and set(table["method"]) == {"infini-linear", "full"}
+    assert table[(table.method == "infini-linear") & (table.length == 4096) & (table.depth == 0.0)]["accuracy"].item() == 0.5
+    fig = passkey_heatmaps(df)
+    texts = {ax.get_title(): [t.get_text() for t in ax.texts] for ax in fig.axes if ax.get_title()}
+    assert texts["full"] == ["0.50", "1.00", "oob", "oob"]  # the values, then the out-of-budget cells (1M)
+    full_ax = next(ax for ax in fig.axes if ax.get_title() == "full")
+    assert [tuple(t.get_position()) for t in full_ax.texts if t.get_text() == "oob"] == [(1.5, 0.5), (1.5, 1.5)]  # 1M column
+    assert texts["infini-linear"] == ["0.50", "0.50", "1.00", "1.00"]
+    axes = cost_vs_length(df)
+    assert axes[0].get_xscale() == "log" and len(axes[0].get_lines()) >= 2
+    assert longrange_table(pd.DataFrame([{"method": "local", "seed": 0}])).empty
+    assert passkey_heatmaps(pd.DataFrame([{"method": "local", "seed": 0}])) is None

@@ -138,3 +138,40 @@ def test_finetuning_starts_from_the_trained_run(run_dir: Path, tmp_path: Path) -
                                                  "task.name=passkey", f"task.init_from={run_dir}", "task.lengths=[300]"])
     with pytest.raises(ValueError, match="task.init_from=.*another model"):
         train(other, progress=False, evaluate_at_end=False)
+
+
+def test_cli_generate_continues_the_prompt_greedily(run_dir: Path, tmp_path: Path) -> None:
+    from memzoo.generate import StreamingDecoder
+    from memzoo.tasks import bytes_to_tensor
+
+    prompt = "def main():\n    return " * 4  # 96 bytes: three segments of 32, the last one complete
+    out = subprocess.run([sys.executable, "-m", "memzoo.cli", "generate", str(run_dir), "--prompt", prompt,
+                          "--max-new-tokens", "40"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    _, model = load_run(run_dir)
+    decoder = StreamingDecoder(model, 1)
+    decoder.feed(bytes_to_tensor(prompt.encode())[None])
+    expected = bytes(decoder.generate(40)[0].tolist()).decode("utf-8", errors="replace")
+    assert out.stdout == expected + "\n"
+
+
+def _child_peak(queue) -> None:
+    from memzoo.evaluate import peak_rss_mb
+
+    queue.put(peak_rss_mb())
+
+
+def test_a_spawned_process_reports_its_own_peak_memory() -> None:
+    """A fresh process does not inherit its parent's peak (getrusage's ru_maxrss would)."""
+    import multiprocessing
+
+    from memzoo.evaluate import peak_rss_mb
+
+    ballast = torch.ones(300 * 2**20 // 4)  # the parent holds 300 MB more than the child will
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_peak, args=(queue,))
+    child.start()
+    child_peak = queue.get(timeout=120)
+    child.join()
+    assert peak_rss_mb() - child_peak > 250, (peak_rss_mb(), child_peak)
+    del ballast

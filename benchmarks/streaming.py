@@ -1,0 +1,82 @@
+"""Streaming cost against length: peak resident memory and tokens per second for every method
+at 32K and 1M bytes (and any other lengths), each length in a fresh process. The targets: for the
+bounded memories (Infini, RMT, the ∞-former, ...) the peak at 1M is within 10% of the peak at 32K,
+and the time per token does not grow with length.
+
+    python benchmarks/streaming.py                                  # untrained models, every method
+    python benchmarks/streaming.py --results results/longrange      # summarise a longrange suite
+
+Without --results it builds each method at its preset with untrained weights (cost does not
+depend on the weights), streams one passkey prompt per length through `memzoo.longrange`, and
+writes results/bench/streaming.csv (long rows) and streaming_targets.csv (one row per method).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from memzoo.analysis import length_cost_table, load_results, longrange_table
+from memzoo.config import ConfigError, load_config, to_yaml
+from memzoo.longrange import LongRangeConfig, evaluate_longrange
+from memzoo.plugins import registered
+from memzoo.train import build_model
+
+
+def untrained_run(method: str, root: Path) -> Path:
+    """A run folder holding the method's preset config and its freshly initialised weights."""
+    try:
+        cfg = load_config(f"presets/{method}")
+    except ConfigError:
+        cfg = load_config("small", [f"memory.name={method}"])
+    cfg.name = method
+    run = root / method
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.yaml").write_text(to_yaml(cfg))
+    torch.manual_seed(cfg.seed)
+    torch.save({"model": build_model(cfg).state_dict()}, run / "checkpoint.pt")
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", default=None, help="a suite folder with passkey rows (skip measuring)")
+    ap.add_argument("--methods", default=None, help="comma-separated (default: every registered method)")
+    ap.add_argument("--lengths", default="32768,1048576")
+    ap.add_argument("--time-limit", type=float, default=900.0)
+    ap.add_argument("--out", default="results/bench")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lengths = [int(x) for x in args.lengths.split(",")]
+
+    if args.results:
+        df = load_results(Path(args.results) / "results.parquet")
+    else:
+        rows = []
+        for method in args.methods.split(",") if args.methods else registered():
+            run = untrained_run(method, out / "streaming-runs")
+            cfg = LongRangeConfig(lengths=lengths, depths=[0.5], trials=1, time_limit_s=args.time_limit)
+            print(f"{method}: streaming {', '.join(f'{n:,}' for n in lengths)} bytes", flush=True)
+            evaluate_longrange(run, cfg, resume=True, progress=True)
+            rows.append({"method": method, "seed": 0, "passkey": json_rows(run)})
+        df = pd.DataFrame(rows)
+    longrange_table(df).to_csv(out / "streaming.csv", index=False)
+    short, long = min(lengths), max(lengths)
+    targets = length_cost_table(df, short=short, long=long)
+    targets.to_csv(out / "streaming_targets.csv", index=False)
+    pd.set_option("display.width", 200)
+    print(targets.to_string(index=False, float_format=lambda v: f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"))
+    print(f"wrote {out / 'streaming.csv'} and {out / 'streaming_targets.csv'}")
+
+
+def json_rows(run: Path) -> list[dict]:
+    import json
+
+    return json.loads((run / "passkey.json").read_text())
+
+
+if __name__ == "__main__":
+    main()
