@@ -97,20 +97,24 @@ class _Meter:
         self.time_limit = cfg.time_limit_s
         self.memory_limit = cfg.memory_limit_mb or 0.6 * total_memory_mb()
         self.done = 0
-        self.last_time = self.start
+        self.marks: list[tuple[int, float]] = [(0, self.start)]  # (tokens done, time)
 
     def check(self, done: int, total: int) -> None:
-        """Stop when the time limit is passed, or is sure to be: after 2% of the tokens, the time
-        so far plus the rest at the latest chunk's rate (a lower bound when the state grows)."""
+        """Stop when the time limit is passed, or is sure to be: after 2% of the tokens, when the
+        time so far plus the rest at the rate of the latest half of the work exceeds 1.5 x the
+        limit (a lower bound when the state grows, as the rate only gets worse; the margin keeps a
+        slow patch on a busy machine from stopping a stream that would have finished)."""
         now = time.perf_counter()
         elapsed = now - self.start
-        rate = (now - self.last_time) / max(done - self.done, 1)  # seconds per token, latest chunk
+        self.done = done
+        self.marks.append((done, now))
+        half_done, half_time = next(m for m in self.marks if m[0] >= done // 2)
+        rate = (now - half_time) / max(done - half_done, 1)  # seconds per token
         projected = elapsed + rate * (total - done)
-        self.done, self.last_time = done, now
         if self.time_limit is not None and done < total:
             if elapsed > self.time_limit:
                 raise OutOfBudget(f"time limit {self.time_limit:.0f} s reached after {done:,} of {total:,} tokens per row")
-            if done >= 0.02 * total and projected > self.time_limit:
+            if done >= 0.02 * total and projected > 1.5 * self.time_limit:
                 raise OutOfBudget(f"time limit {self.time_limit:.0f} s: projected {projected:,.0f} s after {done:,} of "
                                   f"{total:,} tokens per row")
         rss = current_rss_mb()

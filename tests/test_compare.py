@@ -218,3 +218,22 @@ def test_bad_longrange_stage_fails_before_training(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"suite.longrange\[0\]: depths=\[0, 2\]"):
         run_suite(suite, progress=False)
     assert not (tmp_path / "results" / "tiny" / "runs").exists()
+
+
+@pytest.mark.parametrize("name", ["quick", "presets", "paper-gpu", "longrange", "longrange-gpu"])
+def test_shipped_suites_expand(name: str) -> None:
+    """Every shipped suite resolves into valid run configs (and long-range stages) for every method."""
+    from memzoo.compare import longrange_configs
+    from memzoo.plugins import registered
+
+    suite = load_suite(name)
+    specs = expand(suite)
+    assert {s.method for s in specs} == set(registered())
+    stages = longrange_configs(suite)
+    if name.startswith("longrange"):
+        assert all(s.pretrain is not None and s.cfg.task.name == "passkey" for s in specs)
+        assert stages[0].lengths[-1] == 1048576 and stages[0].depths == [0, 0.5, 1]
+        assert all(s.pretrain.train.steps * s.pretrain.train.batch_size * s.pretrain.train.window_segments
+                   * s.pretrain.model.segment_len <= suite.token_budget for s in specs)
+    else:
+        assert all(s.pretrain is None for s in specs) and stages == []
