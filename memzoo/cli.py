@@ -164,14 +164,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from memzoo.generate import StreamingDecoder
     from memzoo.tasks import bytes_to_tensor
-    from memzoo.train import load_run
+    from memzoo.train import load_trained
 
     prompt = Path(args.prompt_file).read_bytes() if args.prompt_file else args.prompt.encode()
     if not prompt:
         raise ConfigError("the prompt is empty; give --prompt TEXT or --prompt-file FILE")
-    cfg, model = load_run(args.run_dir)
+    cfg, model = load_trained(args.run_dir)
     decoder = StreamingDecoder(model, 1, precision=cfg.train.precision)
-    decoder.feed(bytes_to_tensor(prompt)[None])
+    decoder.feed(bytes_to_tensor(prompt)[None].to(next(model.parameters()).device))
     gen = torch.Generator().manual_seed(args.seed)
     new = decoder.generate(args.max_new_tokens, temperature=args.temperature, generator=gen, feed_last=False)
     sys.stdout.write(bytes(new[0].tolist()).decode("utf-8", errors="replace") + "\n")

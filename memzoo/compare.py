@@ -184,11 +184,22 @@ def longrange_configs(suite: DictConfig, threads: int = 0) -> list[Any]:
     return configs
 
 
+def _stages_signature(longrange: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The long-range stages as recorded when done (thread counts do not change results)."""
+    return [{k: v for k, v in stage.items() if k != "threads"} for stage in longrange]
+
+
 def is_finished(spec: RunSpec, suite: DictConfig) -> bool:
-    """Trained and evaluated, and, if the suite has long-range stages, those are done too."""
+    """Trained and evaluated, and, if the suite has long-range stages, exactly these stages are
+    done (a stage added or changed since makes the run unfinished; its worker then evaluates only
+    what is missing)."""
     if not (spec.run_dir / "result.json").is_file():
         return False
-    return not suite.longrange or (spec.run_dir / "longrange-done.json").is_file()
+    if not suite.longrange:
+        return True
+    done = spec.run_dir / "longrange-done.json"
+    wanted = _stages_signature([dataclasses.asdict(c) for c in longrange_configs(suite)])
+    return done.is_file() and json.loads(done.read_text()) == wanted
 
 
 def parameter_counts(specs: list[RunSpec]) -> dict[str, int]:
@@ -230,7 +241,11 @@ def write_table(root: Path, specs: list[RunSpec]) -> pd.DataFrame:
     rows = []
     for s in specs:
         if (s.run_dir / "result.json").is_file():
-            rows.append(result_row(s.run_dir, s.grid))
+            row = result_row(s.run_dir, s.grid)
+            pretrained = Path(s.cfg.out_dir) / f"{s.name}-lm" / "result.json"
+            if s.pretrain is not None and pretrained.is_file():  # before fine-tuning: what it cost the LM
+                row["pretrain_valid_bpb"] = json.loads(pretrained.read_text()).get("valid_bpb")
+            rows.append(row)
     df = pd.DataFrame(rows)
     if rows:
         tmp = root / "results.parquet.tmp"
@@ -278,7 +293,7 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
     for options in longrange:
         evaluate_longrange(path, LongRangeConfig(**options), resume=True, progress=False)
     if longrange:
-        (path / "longrange-done.json").write_text(json.dumps(longrange))
+        (path / "longrange-done.json").write_text(json.dumps(_stages_signature(longrange)))
     return json.loads((path / "result.json").read_text())
 
 

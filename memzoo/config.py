@@ -56,7 +56,7 @@ class TrainConfig:
     steps: int = 300
     batch_size: int = 8
     window_segments: int = 8  # S: segments per training window (input length = S * N)
-    bptt_segments: int = 4  # k: gradient flows through the state across at most k segments
+    bptt_segments: int = 4  # k: gradient flows through the state across at most k segments (task runs: the last k)
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 30
@@ -200,7 +200,7 @@ def resolve(cfg: DictConfig) -> DictConfig:
         )
     if cfg.model.attention_backend not in ("auto", "sdpa", "xformers"):
         raise ConfigError(f"model.attention_backend={cfg.model.attention_backend!r}; expected auto, sdpa or xformers")
-    if cfg.train.bptt_segments < 1 or cfg.train.window_segments % cfg.train.bptt_segments:
+    if cfg.train.bptt_segments < 1 or (cfg.task.name == "lm" and cfg.train.window_segments % cfg.train.bptt_segments):
         raise ConfigError(
             f"train.bptt_segments={cfg.train.bptt_segments} must be >= 1 and divide train.window_segments={cfg.train.window_segments}"
         )

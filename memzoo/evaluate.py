@@ -178,6 +178,15 @@ def gate_values(model: MemoryModel) -> dict[str, list[float]]:
     return out
 
 
+def _train_tokens(cfg: DictConfig) -> int:
+    """Input bytes the run trained on: windows of the corpus, or (task runs) the expected length
+    of the examples, one of task.lengths drawn uniformly per step."""
+    tc = cfg.train
+    if cfg.task.name == "lm":
+        return int(tc.steps * tc.batch_size * tc.window_segments * cfg.model.segment_len)
+    return int(tc.steps * tc.batch_size * sum(cfg.task.lengths) / len(cfg.task.lengths))
+
+
 def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dict[str, Any]) -> dict[str, Any]:
     """eval-SPLIT.json (the full evaluation of that split) and result.json (the run's row in a results table)."""
     from memzoo.plugins import get_memory
@@ -208,7 +217,8 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
         "train_tokens_per_s": train_tps,
         "peak_rss_mb": result["peak_rss_mb"],
         "train_steps": int(cfg.train.steps),
-        "train_tokens": int(cfg.train.steps * cfg.train.batch_size * cfg.train.window_segments * mcfg.segment_len),
+        "train_tokens": _train_tokens(cfg),
+        "task": cfg.task.name,
         "gates": gate_values(model),
     }
     # Merge into an existing row: evaluating another split adds its columns and loses none.

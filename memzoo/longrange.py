@@ -14,6 +14,7 @@ and skips them when run again.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import hashlib
 import json
 import multiprocessing
 import os
@@ -72,6 +73,12 @@ class LongRangeConfig:
             raise ValueError(f"depths={self.depths}; expected fractions in [0, 1]")
         if self.trials < 1:
             raise ValueError(f"trials={self.trials}; expected >= 1")
+        if self.task == "passkey" and not self.depths:
+            raise ValueError("depths=[]; expected at least one key depth")
+        if not 1 <= self.key_digits <= 18:
+            raise ValueError(f"key_digits={self.key_digits}; expected 1..18")
+        if self.task == "recall" and not 1 <= self.queries <= self.pairs <= 64:
+            raise ValueError(f"pairs={self.pairs}, queries={self.queries}; expected 1 <= queries <= pairs <= 64")
         shortest = passkey_fixed_bytes(self.key_digits) if self.task == "passkey" else 2 * (self.pairs + self.queries)
         if min(self.lengths) < shortest:
             raise ValueError(f"lengths={self.lengths}: {min(self.lengths)} is shorter than the shortest {self.task} "
@@ -84,6 +91,10 @@ class LongRangeConfig:
         keys = ("trials", "seed", "key_digits") if self.task == "passkey" else ("trials", "seed", "pairs", "queries")
         return {k: getattr(self, k) for k in keys}
 
+    def budget(self) -> dict[str, Optional[float]]:
+        """The limits a row was measured under (an out-of-budget row is retried under larger ones)."""
+        return {"time_limit_s": self.time_limit_s, "memory_limit_mb": self.memory_limit_mb or round(0.6 * total_memory_mb())}
+
 
 class OutOfBudget(Exception):
     pass
@@ -95,7 +106,7 @@ class _Meter:
     def __init__(self, cfg: LongRangeConfig):
         self.start = time.perf_counter()
         self.time_limit = cfg.time_limit_s
-        self.memory_limit = cfg.memory_limit_mb or 0.6 * total_memory_mb()
+        self.memory_limit = cfg.budget()["memory_limit_mb"]
         self.done = 0
         self.marks: list[tuple[int, float]] = [(0, self.start)]  # (tokens done, time)
 
@@ -118,7 +129,7 @@ class _Meter:
                 raise OutOfBudget(f"time limit {self.time_limit:.0f} s: projected {projected:,.0f} s after {done:,} of "
                                   f"{total:,} tokens per row")
         rss = current_rss_mb()
-        if rss > self.memory_limit:
+        if rss > self.memory_limit and done < total:
             raise OutOfBudget(f"memory limit {self.memory_limit:,.0f} MB reached ({rss:,.0f} MB) after {done:,} of {total:,} tokens per row")
 
 
@@ -136,31 +147,39 @@ def _stream(decoder: StreamingDecoder, data: torch.Tensor, meter: _Meter, desc: 
     return time.perf_counter() - start
 
 
+def _measurements(device: torch.device) -> dict[str, Optional[float]]:
+    cuda = device.type == "cuda"
+    return {"peak_rss_mb": peak_rss_mb(), "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None}
+
+
 def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
                    progress: bool = True) -> list[dict[str, Any]]:
     """Rows (one per depth) for one length: every depth x trial streamed as one batch."""
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + length)
     prompts = [passkey_prompt(length, d, random_key(gen, cfg.key_digits)) for d in cfg.depths for _ in range(cfg.trials)]
-    data = torch.stack([bytes_to_tensor(p.prompt).to(torch.uint8) for p in prompts])  # [B, L]: 1 byte per token
-    decoder = StreamingDecoder(model, len(prompts), cfg.segments_per_call, precision)
+    data = torch.stack([bytes_to_tensor(p.prompt, torch.uint8) for p in prompts])  # [B, L]: 1 byte per token
+    keys = [p.key for p in prompts]
+    del prompts  # only `data` (B x L bytes) stays alive while streaming
+    device = next(model.parameters()).device
+    decoder = StreamingDecoder(model, len(keys), cfg.segments_per_call, precision)
     meter = _Meter(cfg)
-    base = {"task": "passkey", "length": length, "tokens": data.shape[1], "rows_in_batch": len(prompts), **cfg.settings()}
+    base = {"task": "passkey", "length": length, "tokens": data.shape[1], "rows_in_batch": len(keys),
+            **cfg.settings(), **cfg.budget()}
     try:
         seconds = _stream(decoder, data, meter, f"passkey {length:,}", progress)
         generated = decoder.generate(cfg.key_digits + 2, feed_last=False).cpu()  # " NNNNN."
     except OutOfBudget as err:
         return [{**base, "depth": d, "status": f"out of budget: {err}", "accuracy": None, "tokens_done": meter.done,
-                 "tokens_per_s": None, "peak_rss_mb": peak_rss_mb()} for d in cfg.depths]
+                 "tokens_per_s": None, **_measurements(device)} for d in cfg.depths]
     texts = [bytes(row.tolist()) for row in generated]
     rows = []
     for i, depth in enumerate(cfg.depths):
         idx = range(i * cfg.trials, (i + 1) * cfg.trials)
-        correct = sum(score_passkey(texts[j], prompts[j].key) for j in idx)
+        correct = sum(score_passkey(texts[j], keys[j]) for j in idx)
         rows.append({**base, "depth": depth, "status": "ok", "accuracy": correct / cfg.trials, "correct": correct,
                      "tokens_done": data.shape[1], "tokens_per_s": data.numel() / max(seconds, 1e-9),
-                     "seconds": seconds, "peak_rss_mb": peak_rss_mb(),
-                     "keys": [prompts[j].key for j in idx],
-                     "generated": [texts[j].decode("latin-1") for j in idx]})
+                     "seconds": seconds, **_measurements(device),
+                     "keys": [keys[j] for j in idx], "generated": [texts[j].decode("latin-1") for j in idx]})
     return rows
 
 
@@ -170,40 +189,44 @@ def recall_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precisi
     are `length` bytes apart at most; teacher-forced accuracy at the answer positions."""
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + length)
     examples = [recall_example(gen, length, cfg.pairs, cfg.queries) for _ in range(cfg.trials)]
-    data = torch.stack([bytes_to_tensor(e.tokens).to(torch.uint8) for e in examples])  # [B, L]
-    tail = 2 * cfg.queries  # queries and answers, all at the end
-    decoder = StreamingDecoder(model, len(examples), cfg.segments_per_call, precision)
+    data = torch.stack([bytes_to_tensor(e.tokens, torch.uint8) for e in examples])  # [B, L]
+    answers = torch.stack([bytes_to_tensor(e.answers) for e in examples])  # [B, Q]
+    del examples
+    tail = 2 * cfg.queries  # the queries, each followed by its answer, end the sequence
+    device = next(model.parameters()).device
+    decoder = StreamingDecoder(model, data.shape[0], cfg.segments_per_call, precision)
     meter = _Meter(cfg)
-    base = {"task": "recall", "length": length, "depth": None, "tokens": data.shape[1], "rows_in_batch": len(examples),
-            **cfg.settings()}
+    base = {"task": "recall", "length": length, "depth": None, "tokens": data.shape[1], "rows_in_batch": data.shape[0],
+            **cfg.settings(), **cfg.budget()}
     try:
         seconds = _stream(decoder, data[:, :-tail], meter, f"recall {length:,}", progress)
         logits = decoder.feed(data[:, -tail:].long(), return_logits=True)  # [B, 2Q, V]
     except OutOfBudget as err:
         return [{**base, "status": f"out of budget: {err}", "accuracy": None, "tokens_done": meter.done,
-                 "tokens_per_s": None, "peak_rss_mb": peak_rss_mb()}]
+                 "tokens_per_s": None, **_measurements(device)}]
     predicted = logits[:, 0::2].argmax(-1).cpu()  # [B, Q]: the prediction after each query key
-    answers = torch.stack([bytes_to_tensor(e.answers) for e in examples])  # [B, Q]
     hits = predicted == answers
     return [{**base, "status": "ok", "accuracy": float(hits.float().mean()), "exact": float(hits.all(1).float().mean()),
              "tokens_done": data.shape[1], "tokens_per_s": data.numel() / max(seconds, 1e-9), "seconds": seconds,
-             "peak_rss_mb": peak_rss_mb()}]
+             **_measurements(device)}]
 
 
 def evaluate_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
                     progress: bool = True) -> list[dict[str, Any]]:
     fn = passkey_length if cfg.task == "passkey" else recall_length
+    if next(model.parameters()).device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     return fn(model, length, cfg, precision, progress)
 
 
 def _length_worker(run_dir: str, length: int, cfg_dict: dict[str, Any], progress: bool) -> list[dict[str, Any]]:
     """One length in this (fresh) process."""
-    from memzoo.train import load_run
+    from memzoo.train import load_trained
 
     cfg = LongRangeConfig(**cfg_dict)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    run_cfg, model = load_run(run_dir)
+    run_cfg, model = load_trained(run_dir)
     rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress)
     for r in rows:
         r["rss_isolated"] = True
@@ -218,8 +241,8 @@ def _run_isolated(run_dir: Path, length: int, cfg: LongRangeConfig, progress: bo
             return future.result()
         except BrokenProcessPool:
             depths = cfg.depths if cfg.task == "passkey" else [None]
-            return [{"task": cfg.task, "length": length, "depth": d, **cfg.settings(), "accuracy": None,
-                     "tokens_per_s": None, "peak_rss_mb": None,
+            return [{"task": cfg.task, "length": length, "depth": d, **cfg.settings(), **cfg.budget(), "accuracy": None,
+                     "tokens_per_s": None, "peak_rss_mb": None, "rss_isolated": True,
                      "status": "out of budget: the worker process died (killed, most likely for memory)"}
                     for d in depths]
 
@@ -230,33 +253,57 @@ def _atomic_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def _done(rows: list[dict[str, Any]], length: int, cfg: LongRangeConfig) -> bool:
-    """Rows for every depth at this length with the same settings are already there."""
-    mine = [r for r in rows if r["length"] == length and all(r.get(k) == v for k, v in cfg.settings().items())]
+def weights_id(run_dir: Path) -> str:
+    """A fingerprint of the run's checkpoint: rows measured with other weights are not reused."""
+    digest = hashlib.sha1()
+    with open(run_dir / "checkpoint.pt", "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()[:12]
+
+
+def _reusable(row: dict[str, Any], cfg: LongRangeConfig, weights: str) -> bool:
+    """Measured with these settings and weights, and not out of a budget smaller than this one."""
+    if row.get("weights") != weights or any(row.get(k) != v for k, v in cfg.settings().items()):
+        return False
+    if row.get("status") == "ok":
+        return True
+    inf = float("inf")
+    return all((row.get(k) or inf) >= (v or inf) for k, v in cfg.budget().items())
+
+
+def _done(rows: list[dict[str, Any]], length: int, cfg: LongRangeConfig, weights: str) -> bool:
+    """Rows for every depth at this length that can be reused are already there."""
+    mine = [r for r in rows if r["length"] == length and _reusable(r, cfg, weights)]
     want = set(cfg.depths) if cfg.task == "passkey" else {None}
     return want <= {r.get("depth") for r in mine}
 
 
 def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool = True, progress: bool = True,
                        model: Optional[MemoryModel] = None) -> list[dict[str, Any]]:
-    """Every length of `cfg` for the run in `run_dir`; returns this evaluation's rows (one per
-    (length, depth) for passkey, per length for recall), keeping them in RUN_DIR/TASK.json and
-    result.json. `model`: evaluate this model in-process instead of loading the run (isolate off)."""
-    from memzoo.train import load_run
+    """Every length of `cfg` for the trained run in `run_dir`; returns this evaluation's rows (one
+    per (length, depth) for passkey, per length for recall), keeping them in RUN_DIR/TASK.json and
+    the run's result.json after each length. `model`: evaluate this model in-process instead of
+    loading the run (with isolate off)."""
+    from memzoo.train import load_trained
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
+    if not (run_dir / "checkpoint.pt").is_file():
+        raise FileNotFoundError(f"{run_dir} has no checkpoint.pt: train the run before evaluating it")
+    weights = weights_id(run_dir)
     store = run_dir / f"{cfg.task}.json"
     kept: list[dict[str, Any]] = json.loads(store.read_text()) if store.is_file() else []
     run_cfg = None
     if not cfg.isolate:
-        run_cfg, loaded = load_run(run_dir)
+        run_cfg, loaded = load_trained(run_dir)
         model = model or loaded
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+    method = _method_of(run_dir)
     for length in tqdm(cfg.lengths, desc=f"{cfg.task} {run_dir.name}", disable=not progress, dynamic_ncols=True):
-        if resume and _done(kept, length, cfg):
+        if resume and _done(kept, length, cfg, weights):
             continue
         if cfg.isolate:
             rows = _run_isolated(run_dir, length, cfg, progress)
@@ -264,16 +311,16 @@ def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool =
             rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress)
             for r in rows:
                 r["rss_isolated"] = False
+        for r in rows:
+            r.update(method=method, weights=weights)
         keys = {(length, r.get("depth")) for r in rows}
         kept = [r for r in kept if (r["length"], r.get("depth")) not in keys] + rows
         kept.sort(key=lambda r: (r["length"], -1 if r.get("depth") is None else r["depth"]))
         _atomic_json(store, kept)
-    method = _method_of(run_dir)
-    for r in kept:
-        r["method"] = method
+        _merge_into_result(run_dir, cfg.task, kept)
     _merge_into_result(run_dir, cfg.task, kept)
     wanted = set(cfg.lengths)
-    return [r for r in kept if r["length"] in wanted and all(r.get(k) == v for k, v in cfg.settings().items())]
+    return [r for r in kept if r["length"] in wanted and _reusable(r, cfg, weights)]
 
 
 def _method_of(run_dir: Path) -> str:

@@ -172,5 +172,7 @@ class TaskSampler:
         )
 
 
-def bytes_to_tensor(data: bytes) -> Tensor:
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
+def bytes_to_tensor(data: bytes, dtype: torch.dtype = torch.long) -> Tensor:
+    """Bytes as token ids [len(data)] (uint8 keeps long prompts at one byte per token)."""
+    out = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
+    return out if dtype == torch.uint8 else out.to(dtype)

@@ -70,20 +70,23 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def train_window(model: MemoryModel, batch: Batch, bptt_segments: int, aux_weight: float = 1.0,
-                 precision: str = "fp32", state: Optional[ModelState] = None) -> WindowResult:
+                 precision: str = "fp32", state: Optional[ModelState] = None, align_end: bool = False) -> WindowResult:
     """Forward and backward one window, k = bptt_segments segments per model call.
 
     The state is detached between calls: gradient from a block's last segment reaches that block's
     first segment (s - k + 1) and nothing earlier. Each block is backpropagated as soon as it is
-    computed, so at most k segments of graph are alive.
+    computed, so at most k segments of graph are alive. Blocks start at segment 0; with
+    `align_end` the last block ends at the last segment instead (the first block is the short one),
+    so a loss at the end of an example (a task's answer) reaches k whole segments back.
     """
     device = batch.tokens.device
     b, s, _ = batch.tokens.shape
     state = state if state is not None else model.initial_state(b, device)
     total = int(batch.mask.sum().clamp(min=1))
     nll_sum, aux_sum = 0.0, 0.0
-    for start in range(0, s, bptt_segments):
-        blk = batch.segments(start, min(s, start + bptt_segments))
+    first = (s % bptt_segments or bptt_segments) if align_end else bptt_segments
+    for start in [0, *range(first, s, bptt_segments)]:
+        blk = batch.segments(start, min(s, first if start == 0 else start + bptt_segments))
         with autocast_context(precision, device):
             out = model(blk.tokens, state, blk.reset)
         nll = token_nll(out.logits, blk.targets) * blk.mask
@@ -126,6 +129,16 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[D
     if (run_dir / "checkpoint.pt").is_file():
         model.load_state_dict(load_checkpoint(run_dir, device)["model"])
     return cfg, model
+
+
+def load_trained(run_dir: str | Path) -> tuple[DictConfig, MemoryModel]:
+    """A run's config and trained model on the run's own device (train.device); a folder without
+    a checkpoint is an error, not silently random weights."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "checkpoint.pt").is_file():
+        raise FileNotFoundError(f"{run_dir} has no checkpoint.pt: train the run first")
+    cfg = load_config(str(run_dir / "config.yaml"))
+    return load_run(run_dir, pick_device(cfg.train.device))
 
 
 def load_run_weights(run_dir: str | Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
@@ -219,7 +232,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             lr = lr_at(step, tc)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_mult", 1.0)
-            res = train_window(model, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision)
+            res = train_window(model, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
+                               align_end=cfg.task.name != "lm")
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
             in_update = True
             optimizer.step()

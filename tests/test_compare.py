@@ -190,6 +190,8 @@ def test_longrange_suite_pretrains_finetunes_and_streams(tmp_path: Path) -> None
         cfg = load_config(str(runs / f"{method}-s0" / "config.yaml"))
         assert cfg.task.name == "passkey" and cfg.task.init_from == str(runs / f"{method}-s0-lm")
     assert (table["train_steps"] == 3).all()
+    assert table["pretrain_valid_bpb"].tolist() == [
+        json.loads((runs / f"{m}-s0-lm" / "result.json").read_text())["valid_bpb"] for m in table["method"]]
     pk = longrange_table(table, "passkey")
     assert len(pk) == 8 and set(zip(pk["length"], pk["depth"])) == {(300, 0), (300, 1), (600, 0), (600, 1)}
     assert (pk["status"] == "ok").all() and pk["accuracy"].between(0, 1).all() and (pk["peak_rss_mb"] > 0).all()
@@ -207,6 +209,12 @@ def test_longrange_suite_pretrains_finetunes_and_streams(tmp_path: Path) -> None
     run_suite(suite, progress=False)
     assert (run / "checkpoint.pt").stat().st_mtime_ns == stamp, "a finished stage was trained again"
     assert len(json.loads((run / "passkey.json").read_text())) == 4
+
+    more = load_suite(str(tmp_path / "tiny.yaml"), ["longrange=[{task: passkey, lengths: [300, 600, 900], depths: [0, 1], isolate: false}]"])
+    run_suite(more, progress=False)  # a changed stage: only the new length is measured, nothing is trained
+    assert (run / "checkpoint.pt").stat().st_mtime_ns == stamp
+    rows = json.loads((run / "passkey.json").read_text())
+    assert sorted(r["length"] for r in rows) == [300, 300, 600, 600, 900, 900]
 
 
 def test_bad_longrange_stage_fails_before_training(tmp_path: Path) -> None:

@@ -196,3 +196,45 @@ def test_time_budget_projection(monkeypatch) -> None:
             clock[0] += 0.05 * i  # chunk i costs 0.05 i seconds: 252 s in all
             growing.check(i * 100, 10_000)
     assert clock[0] < 0.6 * cfg.time_limit_s, "stopped no earlier than a plain limit check would have"
+
+
+class OracleDecoder:
+    """Stands in for StreamingDecoder with a perfect memory of everything fed: it answers the
+    passkey from its history and predicts each recall value from the pairs it saw, so a correct
+    harness must score it 1.0 (and a harness reading the wrong positions would not)."""
+
+    def __init__(self, model, batch_size, segments_per_call=8, precision="fp32"):
+        self.n, self.segments_per_call = 32, segments_per_call
+        self.history = [bytearray() for _ in range(batch_size)]
+
+    def feed(self, tokens, return_logits=False):
+        from memzoo.tasks import KEY_BASE, VALUE_BASE
+
+        logits = torch.full((*tokens.shape, 256), -1.0)
+        for b, row in enumerate(tokens.tolist()):
+            for i, tok in enumerate(row):
+                self.history[b].append(tok)
+                pairs = {self.history[b][j]: self.history[b][j + 1] for j in range(0, 2 * 64, 2)
+                         if j + 1 < len(self.history[b]) and KEY_BASE <= self.history[b][j] < VALUE_BASE}
+                if tok in pairs and len(self.history[b]) > 2 * len(pairs):
+                    logits[b, i, pairs[tok]] = 1.0
+        return logits if return_logits else None
+
+    def generate(self, max_new_tokens, **kw):
+        import re
+
+        keys = [re.search(rb"The pass key is (\d+)\.", bytes(h)).group(1) for h in self.history]
+        return torch.tensor([list((b" " + k + b".")[:max_new_tokens].ljust(max_new_tokens)) for k in keys])
+
+
+def test_a_perfect_memory_scores_one(run_dir: Path, monkeypatch) -> None:
+    """The whole scoring path (prompt, streaming in chunks, answer length, exact match; recall's
+    answer positions) gives accuracy 1.0 to a decoder that remembers everything."""
+    _, model = load_run(run_dir)
+    monkeypatch.setattr(longrange, "StreamingDecoder", OracleDecoder)
+    rows = passkey_length(model, 1500, LongRangeConfig(lengths=[1500], depths=[0.0, 0.5, 1.0], trials=2, isolate=False),
+                          progress=False)
+    assert [r["accuracy"] for r in rows] == [1.0, 1.0, 1.0]
+    (row,) = longrange.recall_length(model, 700, LongRangeConfig(task="recall", lengths=[700], pairs=12, queries=5,
+                                                                 trials=3, isolate=False), progress=False)
+    assert row["accuracy"] == 1.0 and row["exact"] == 1.0

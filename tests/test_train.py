@@ -134,3 +134,35 @@ def test_learning_rate_schedule() -> None:
     assert lr_at(9, cfg) == pytest.approx(1.0)
     assert lr_at(100, cfg) == pytest.approx(0.1)
     assert lr_at(55, cfg) == pytest.approx(0.55)
+
+
+@pytest.mark.parametrize("align_end,reached", [(False, {4, 5}), (True, {2, 3, 4, 5})])
+def test_task_blocks_align_to_the_answer(align_end: bool, reached: set) -> None:
+    """A loss only at the last of 6 segments with k = 4: blocks from the start ([0-3], [4-5]) reach
+    segments 4 and 5; blocks aligned to the end ([0-1], [2-5], as task runs use) reach 2 to 5."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import tiny_model
+    from memzoo.data import Batch
+    from memzoo.train import train_window
+
+    model = tiny_model("infini-linear")
+    model.train()
+    b, s, n = 1, 6, 8
+    tokens = torch.randint(0, 256, (b, s, n), generator=torch.Generator().manual_seed(0))
+    mask = torch.zeros(b, s, n, dtype=torch.bool)
+    mask[:, -1] = True
+    batch = Batch(tokens, tokens.roll(-1, dims=2), mask, torch.zeros(b, s, dtype=torch.bool), torch.arange(s)[None])
+    grads: list[torch.Tensor] = []
+
+    def keep_grad(module, inputs, output):
+        output.register_hook(lambda g: grads.append(g.detach()))
+
+    handle = model.embed.register_forward_hook(keep_grad)
+    train_window(model, batch, bptt_segments=4, align_end=align_end)
+    handle.remove()
+    # Each block is backpropagated as soon as it is computed, so the hooks fire in block order: [B, S_block, N, d].
+    per_segment = torch.cat([g.abs().sum(dim=(0, 2, 3)) for g in grads])
+    assert per_segment.numel() == s
+    assert {i for i in range(s) if per_segment[i] > 0} == reached
