@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from memzoo.analysis import (bpb_by_segment, cost_per_method, cost_vs_length, footprint_vs_bpb, gate_heatmaps,
-                             load_results, longrange_table, passkey_heatmaps, summary_table)
+                             length_cost_table, load_results, longrange_table, passkey_heatmaps, summary_table)
 
 FIGURES = {
     "footprint": "Footprint (state numbers per sequence, log) against valid bits per byte",
@@ -107,8 +107,17 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
 
     passkey = passkey_summary(df)
     md = [f"# {title}", "", *[f"- {n}" for n in notes], "", "## Summary", "", _table_md(shown), ""]
+    lengths = sorted(longrange_table(df)["length"].unique().tolist())
+    short = 32768 if 32768 in lengths else (lengths[0] if lengths else 0)
+    long = lengths[-1] if lengths else 0
+    targets = length_cost_table(df, short=short, long=long)
+    cost_title = f"Streaming cost against length (peak resident MB, tokens/s; ratios {long:,} / {short:,} bytes)"
+    targets = targets[["method", *[c for c in targets.columns if c.startswith(("rss_mb_", "tokens_per_s_")) or c.endswith("ratio")]]] \
+        if not targets.empty else targets
     if not passkey.empty:
         md += ["## Passkey retrieval (accuracy averaged over depths)", "", _table_md(passkey), ""]
+        md += [f"## {cost_title}", "",
+               _table_md(targets), ""]
     for key, path in figures.items():
         md += [f"## {FIGURES[key]}", "", f"![{key}]({path.name})", ""]
     md_path = root / "report.md"
@@ -121,7 +130,9 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
              "<h2>Summary</h2>", shown.to_html(index=False, float_format=lambda v: _fmt(float(v)), na_rep="")]
     if not passkey.empty:
         parts += ["<h2>Passkey retrieval (accuracy averaged over depths)</h2>",
-                  passkey.to_html(index=False, float_format=lambda v: _fmt(float(v)), na_rep="")]
+                  passkey.to_html(index=False, float_format=lambda v: _fmt(float(v)), na_rep=""),
+                  f"<h2>{html.escape(cost_title)}</h2>",
+                  targets.to_html(index=False, float_format=lambda v: _fmt(float(v)), na_rep="")]
     for key, path in figures.items():
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts += [f"<h2>{html.escape(FIGURES[key])}</h2>", f"<img alt='{key}' src='data:image/png;base64,{data}'>"]

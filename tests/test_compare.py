@@ -199,7 +199,9 @@ def test_longrange_suite_pretrains_finetunes_and_streams(tmp_path: Path) -> None
     assert len(recall) == 2 and recall["rss_isolated"].all()
 
     md, html = write_report(root)
-    assert "## Passkey retrieval" in md.read_text() and (root / "passkey.png").stat().st_size > 1000
+    text = md.read_text()
+    assert "## Passkey retrieval" in text and (root / "passkey.png").stat().st_size > 1000
+    assert "## Streaming cost against length (peak resident MB, tokens/s; ratios 600 / 300 bytes)" in text
     assert (root / "cost_vs_length.png").stat().st_size > 1000
 
     run = runs / "infini-linear-s0"
