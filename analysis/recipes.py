@@ -218,8 +218,9 @@ def cost_vs_length(df: pd.DataFrame, task: str = "passkey", axes=None):
 
 def length_cost_table(df: pd.DataFrame, task: str = "passkey", short: int = 32768, long: int = 1048576) -> pd.DataFrame:
     """Per method: peak resident memory and streaming throughput at each length, and the ratios
-    long / short (the bounded-memory targets: memory ratio within 1.10, throughput ratio near 1).
-    A length out of budget shows its status instead of numbers."""
+    long / short (the bounded-memory targets: memory ratio within 1.10, throughput ratio near 1),
+    between streams of the same batch size (`ratio_of` names the lengths compared). A length out of
+    budget has no numbers."""
     table = longrange_table(df, task)
     if table.empty:
         return pd.DataFrame()
@@ -233,11 +234,19 @@ def length_cost_table(df: pd.DataFrame, task: str = "passkey", short: int = 3276
             row[f"tokens_per_s_{label}"] = ok["tokens_per_s"].mean() if len(ok) == len(at) else None
             if task == "passkey":
                 row[f"accuracy_{label}"] = ok["accuracy"].mean() if len(ok) == len(at) else None
-        s, l = _length_label(short), _length_label(long)
-        if row.get(f"rss_mb_{s}") and row.get(f"rss_mb_{l}"):
+        # Ratios compare streams of the same batch (rows per batch); when `short` was streamed with
+        # another batch, the longest shorter length that matches `long`'s batch stands in for it.
+        batch = sub.groupby("length")["rows_in_batch"].max() if "rows_in_batch" in sub else None
+        base = short
+        if batch is not None and long in batch.index and short in batch.index and batch[short] != batch[long]:
+            same = [n for n in batch.index if n < long and batch[n] == batch[long]]
+            base = max(same) if same else None
+        s, l = (_length_label(base) if base else None), _length_label(long)
+        if s and row.get(f"rss_mb_{s}") and row.get(f"rss_mb_{l}"):
+            row["ratio_of"] = f"{l} / {s}"
             row["rss_ratio"] = row[f"rss_mb_{l}"] / row[f"rss_mb_{s}"]
             row["tokens_per_s_ratio"] = row[f"tokens_per_s_{l}"] / row[f"tokens_per_s_{s}"]
         else:
-            row["rss_ratio"] = row["tokens_per_s_ratio"] = None
+            row["ratio_of"] = row["rss_ratio"] = row["tokens_per_s_ratio"] = None
         out.append(row)
     return pd.DataFrame(out)

@@ -46,6 +46,8 @@ def main() -> None:
     ap.add_argument("--methods", default=None, help="comma-separated (default: every registered method)")
     ap.add_argument("--lengths", default="32768,1048576")
     ap.add_argument("--time-limit", type=float, default=900.0)
+    ap.add_argument("--depths", default="0.5", help="key depths; all of one length stream as one batch")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads per length worker (0: default)")
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args()
     out = Path(args.out)
@@ -58,7 +60,8 @@ def main() -> None:
         rows = []
         for method in args.methods.split(",") if args.methods else registered():
             run = untrained_run(method, out / "streaming-runs")
-            cfg = LongRangeConfig(lengths=lengths, depths=[0.5], trials=1, time_limit_s=args.time_limit)
+            cfg = LongRangeConfig(lengths=lengths, depths=[float(d) for d in args.depths.split(",")], trials=1,
+                                  time_limit_s=args.time_limit, threads=args.threads)
             print(f"{method}: streaming {', '.join(f'{n:,}' for n in lengths)} bytes", flush=True)
             evaluate_longrange(run, cfg, resume=True, progress=True)
             rows.append({"method": method, "seed": 0, "passkey": json_rows(run)})

@@ -69,3 +69,17 @@ def test_passkey_recipes_read_json_rows_and_mark_out_of_budget() -> None:
     assert axes[0].get_xscale() == "log" and len(axes[0].get_lines()) >= 2
     assert longrange_table(pd.DataFrame([{"method": "local", "seed": 0}])).empty
     assert passkey_heatmaps(pd.DataFrame([{"method": "local", "seed": 0}])) is None
+
+
+def test_length_cost_ratios_compare_equal_batches() -> None:
+    import pandas as pd
+
+    from memzoo.analysis import length_cost_table
+
+    rows = [{"length": n, "depth": 0.0, "accuracy": 0.0, "status": "ok", "rows_in_batch": b, "peak_rss_mb": rss,
+             "tokens_per_s": tps} for n, b, rss, tps in
+            [(32768, 12, 600.0, 9000.0), (262144, 3, 400.0, 8000.0), (1048576, 3, 420.0, 8400.0)]]
+    table = length_cost_table(pd.DataFrame([{"method": "rmt", "seed": 0, "passkey_json": json.dumps(rows)}]))
+    row = table.iloc[0]
+    assert row["ratio_of"] == "1M / 256K" and abs(row["rss_ratio"] - 1.05) < 1e-9  # not 420 / 600 (other batch)
+    assert abs(row["tokens_per_s_ratio"] - 1.05) < 1e-9 and row["rss_mb_32K"] == 600.0

@@ -201,7 +201,7 @@ def test_longrange_suite_pretrains_finetunes_and_streams(tmp_path: Path) -> None
     md, html = write_report(root)
     text = md.read_text()
     assert "## Passkey retrieval" in text and (root / "passkey.png").stat().st_size > 1000
-    assert "## Streaming cost against length (peak resident MB, tokens/s; ratios 600 / 300 bytes)" in text
+    assert "## Streaming cost against length" in text and "| 600 / 300 |" in text
     assert (root / "cost_vs_length.png").stat().st_size > 1000
 
     run = runs / "infini-linear-s0"
