@@ -63,8 +63,7 @@ def main() -> None:
             cfg = LongRangeConfig(lengths=lengths, depths=[float(d) for d in args.depths.split(",")], trials=1,
                                   time_limit_s=args.time_limit, threads=args.threads)
             print(f"{method}: streaming {', '.join(f'{n:,}' for n in lengths)} bytes", flush=True)
-            evaluate_longrange(run, cfg, resume=True, progress=True)
-            rows.append({"method": method, "seed": 0, "passkey": json_rows(run)})
+            rows.append({"method": method, "seed": 0, "passkey": evaluate_longrange(run, cfg, resume=True, progress=True)})
         df = pd.DataFrame(rows)
     longrange_table(df).to_csv(out / "streaming.csv", index=False)
     short, long = min(lengths), max(lengths)
@@ -73,12 +72,6 @@ def main() -> None:
     pd.set_option("display.width", 200)
     print(targets.to_string(index=False, float_format=lambda v: f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"))
     print(f"wrote {out / 'streaming.csv'} and {out / 'streaming_targets.csv'}")
-
-
-def json_rows(run: Path) -> list[dict]:
-    import json
-
-    return json.loads((run / "passkey.json").read_text())
 
 
 if __name__ == "__main__":

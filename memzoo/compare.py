@@ -189,17 +189,16 @@ def _stages_signature(longrange: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in stage.items() if k != "threads"} for stage in longrange]
 
 
-def is_finished(spec: RunSpec, suite: DictConfig) -> bool:
-    """Trained and evaluated, and, if the suite has long-range stages, exactly these stages are
-    done (a stage added or changed since makes the run unfinished; its worker then evaluates only
-    what is missing)."""
+def is_finished(spec: RunSpec, stages: list[dict[str, Any]]) -> bool:
+    """Trained and evaluated, and exactly these long-range `stages` (`_stages_signature`) are done
+    (a stage added or changed since makes the run unfinished; its worker then evaluates only what
+    is missing)."""
     if not (spec.run_dir / "result.json").is_file():
         return False
-    if not suite.longrange:
+    if not stages:
         return True
     done = spec.run_dir / "longrange-done.json"
-    wanted = _stages_signature([dataclasses.asdict(c) for c in longrange_configs(suite)])
-    return done.is_file() and json.loads(done.read_text()) == wanted
+    return done.is_file() and json.loads(done.read_text()) == stages
 
 
 def parameter_counts(specs: list[RunSpec]) -> dict[str, int]:
@@ -274,6 +273,7 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
     path = Path(run_dir)
     path.mkdir(parents=True, exist_ok=True)
     done_before = 0
+    total = sum(_load_steps(t) for t in spec_yaml.values() if t is not None)
     for stage in ("pretrain", "run"):
         text = spec_yaml.get(stage)
         if text is None:
@@ -282,7 +282,6 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
         cfg_file.write_text(text)
         cfg = _load(str(cfg_file))
         stage_dir = Path(cfg.out_dir) / cfg.name
-        total = sum(int(_load_steps(t)) for t in spec_yaml.values() if t is not None)
 
         def progress(step: int, offset: int = done_before) -> None:
             (path / "progress.json").write_text(json.dumps({"step": offset + step, "steps": total}))
@@ -326,7 +325,7 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
               f"(spread {spread:.1%}); folder {root}")
 
     longrange = [dataclasses.asdict(c) for c in longrange_configs(suite)]
-    todo = [s for s in specs if not is_finished(s, suite)]
+    todo = [s for s in specs if not is_finished(s, _stages_signature(longrange))]
     jobs = jobs or suite.jobs
     threads = suite.threads_per_job or max(1, (os.cpu_count() or 1) // jobs)
     total_steps = sum(s.steps for s in specs)

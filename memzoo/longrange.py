@@ -318,7 +318,6 @@ def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool =
         kept.sort(key=lambda r: (r["length"], -1 if r.get("depth") is None else r["depth"]))
         _atomic_json(store, kept)
         _merge_into_result(run_dir, cfg.task, kept)
-    _merge_into_result(run_dir, cfg.task, kept)
     wanted = set(cfg.lengths)
     return [r for r in kept if r["length"] in wanted and _reusable(r, cfg, weights)]
 

@@ -73,6 +73,14 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
     return paths
 
 
+def streaming_cost(df: pd.DataFrame, lengths: list[int]) -> pd.DataFrame:
+    """Peak memory and throughput per length and their ratios (longest against 32K when measured)."""
+    short = 32768 if 32768 in lengths else lengths[0]
+    table = length_cost_table(df, short=short, long=lengths[-1])
+    cost = [c for c in table.columns if c.startswith(("rss_mb_", "tokens_per_s_")) or c.endswith("ratio")]
+    return table[["method", *cost, "ratio_of"]]
+
+
 def passkey_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per method and length: mean passkey accuracy over depths, throughput, peak memory, status."""
     table = longrange_table(df, "passkey")
@@ -107,17 +115,11 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
 
     passkey = passkey_summary(df)
     md = [f"# {title}", "", *[f"- {n}" for n in notes], "", "## Summary", "", _table_md(shown), ""]
-    lengths = sorted(longrange_table(df)["length"].unique().tolist())
-    short = 32768 if 32768 in lengths else (lengths[0] if lengths else 0)
-    long = lengths[-1] if lengths else 0
-    targets = length_cost_table(df, short=short, long=long)
     cost_title = "Streaming cost against length (peak resident MB, tokens/s; ratios between streams of equal batch)"
-    targets = targets[["method", *[c for c in targets.columns if c.startswith(("rss_mb_", "tokens_per_s_")) or c.endswith("ratio")], "ratio_of"]] \
-        if not targets.empty else targets
     if not passkey.empty:
+        targets = streaming_cost(df, sorted(passkey["length"].unique().tolist()))
         md += ["## Passkey retrieval (accuracy averaged over depths)", "", _table_md(passkey), ""]
-        md += [f"## {cost_title}", "",
-               _table_md(targets), ""]
+        md += [f"## {cost_title}", "", _table_md(targets), ""]
     for key, path in figures.items():
         md += [f"## {FIGURES[key]}", "", f"![{key}]({path.name})", ""]
     md_path = root / "report.md"

@@ -119,12 +119,13 @@ def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> 
     return torch.load(run_dir / "checkpoint.pt", map_location=map_location, weights_only=True)
 
 
-def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[DictConfig, MemoryModel]:
-    """The resolved config and trained model of a run folder."""
+def load_run(run_dir: str | Path, device: str | torch.device | None = "cpu") -> tuple[DictConfig, MemoryModel]:
+    """The resolved config and trained model of a run folder (device None: the run's train.device)."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
     cfg = load_config(str(run_dir / "config.yaml"))
+    device = pick_device(cfg.train.device) if device is None else device
     model = build_model(cfg).to(device)
     if (run_dir / "checkpoint.pt").is_file():
         model.load_state_dict(load_checkpoint(run_dir, device)["model"])
@@ -137,8 +138,7 @@ def load_trained(run_dir: str | Path) -> tuple[DictConfig, MemoryModel]:
     run_dir = Path(run_dir)
     if not (run_dir / "checkpoint.pt").is_file():
         raise FileNotFoundError(f"{run_dir} has no checkpoint.pt: train the run first")
-    cfg = load_config(str(run_dir / "config.yaml"))
-    return load_run(run_dir, pick_device(cfg.train.device))
+    return load_run(run_dir, device=None)
 
 
 def load_run_weights(run_dir: str | Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
