@@ -28,13 +28,20 @@ def causal_softmax_attention(q: Tensor, k: Tensor, v: Tensor, rope_base: float) 
     return torch.softmax(scores, dim=-1) @ v
 
 
+# Infini's stated guard (its card): a denominator σ(·)z below this is taken as this, so a token
+# whose σ underflowed to 0 reads 0 instead of 0/0.
+INFINI_DEN_FLOOR = 1e-30
+
+
 def infini_reference(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, reset: Tensor, rule: str,
                      first_read: str = "zeros", rope_base: float = 10000.0) -> tuple[Tensor, Tensor, Tensor]:
     """Infini-attention for q, k, v [B, S, H, N, D], gate β [H], reset [B, S].
 
     Returns (A [B, S, H, N, D], M [B, H, D, D], z [B, H, D]) after the last segment.
+    σ(x) = ELU(x) + 1 is evaluated exactly (x + 1 or exp(x)), as `elu(x) + 1` is 0 below about −16.6.
     """
-    sig = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731  σ = ELU + 1
+    sig = lambda x: torch.where(x > 0, x + 1, torch.exp(x.clamp(max=0)))  # noqa: E731  σ = ELU + 1, exactly
+    read = lambda sx, M, z: (sx @ M) / (sx @ z).clamp(min=INFINI_DEN_FLOOR)  # noqa: E731  σ(·)M / σ(·)z, one token
     b_, s_, h_, n_, d_ = q.shape
     rows_out, rows_m, rows_z = [], [], []
     for b in range(b_):
@@ -54,7 +61,7 @@ def infini_reference(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, reset: Tenso
                 if empty:
                     a_mem = torch.zeros(n_, d_)
                 else:
-                    a_mem = torch.stack([(sig(Q[t]) @ M) / (sig(Q[t]) @ z) for t in range(n_)])
+                    a_mem = torch.stack([read(sig(Q[t]), M, z) for t in range(n_)])
                 a_dot = causal_softmax_attention(Q, K, Vv, rope_base)
                 g = torch.sigmoid(beta[h])
                 a = a_dot if (empty and first_read == "skip") else g * a_mem + (1 - g) * a_dot
@@ -64,7 +71,7 @@ def infini_reference(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, reset: Tenso
                     M = M + sig(K).T @ Vv
                 else:
                     stored = torch.zeros(n_, d_) if empty else torch.stack(
-                        [(sig(K[t]) @ M) / (sig(K[t]) @ z) for t in range(n_)]
+                        [read(sig(K[t]), M, z) for t in range(n_)]
                     )
                     M = M + sig(K).T @ (Vv - stored)
                 mems[h], zs[h] = M, z + sig(K).sum(dim=0)

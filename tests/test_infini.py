@@ -1,5 +1,6 @@
-"""Infini-attention against the naive per-segment reference (values and gradients), and the
-failure modes PAPERS.md lists for public re-implementations."""
+"""Infini-attention against the naive per-segment reference (values and gradients), the failure
+modes PAPERS.md lists for public re-implementations, and no NaN from legal input (exact σ, the
+denominator's floor, long calls with a late reset)."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +8,9 @@ import torch
 
 from conftest import tiny_model, tiny_model_config
 from memzoo.attention import LocalAttention
-from memzoo.memories.infini import InfiniAttention, InfiniConfig, retrieve, sigma, update_delta, update_linear
+from memzoo.memories.infini import (
+    InfiniAttention, InfiniConfig, retrieve, segmented_cumsum, sigma, update_delta, update_linear,
+)
 from memzoo.memory import LayerInputs
 from memzoo.reference import infini_reference
 
@@ -150,3 +153,121 @@ def test_state_stays_float32_under_bf16_autocast() -> None:
 def test_bad_rule_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="rule='hebbian'"):
         InfiniAttention(InfiniConfig(rule="hebbian"), tiny_model_config(), 0)
+
+
+def test_sigma_is_exact_positive_and_its_gradient_finite() -> None:
+    """σ = ELU + 1 to float32 rounding where `elu(x) + 1` cancels to 0 (x < −16.6); gradient 1 for x > 0,
+    exp(x) for x <= 0 (1 at 0), finite at ±20 and at ±200 (where an unclamped exp branch gives inf * 0)."""
+    x = torch.tensor([-200.0, -120.0, -60.0, -20.0, -16.0, -1e-6, 0.0, 1e-6, 0.5, 20.0, 200.0], requires_grad=True)
+    y = sigma(x)
+    x64 = x.detach().double()
+    exact = torch.where(x64 > 0, x64 + 1, x64.exp())
+    assert torch.allclose(y.double(), exact.float().double(), rtol=1e-6, atol=0), (y, exact)
+    assert bool((y[2:] > 0).all()), "σ must be positive wherever exp(x) is representable"
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    assert torch.isfinite(grad).all(), grad
+    expected = torch.where(x64 > 0, torch.ones_like(x64), x64.exp())
+    assert torch.allclose(grad.double(), expected.float().double(), rtol=1e-6, atol=0), (grad, expected)
+    assert float(grad[6]) == 1.0  # at x = 0 the two pieces agree
+
+
+def far_negative_inputs(where: str, value: float, segments: slice = slice(1, None)):
+    """inputs() with token 2 of the given segments (default 1 and 2) of both rows set to `value` in every
+    coordinate: its query (where='q') or its key (where='k'); noise 0.1 keeps the coordinates distinct."""
+    q, k, v, reset = inputs(seed=6)
+    t = {"q": q, "k": k}[where].detach().clone()
+    noise = 0.1 * torch.randn(t[:, segments, :, 2].shape, generator=torch.Generator().manual_seed(7))
+    t[:, segments, :, 2] = value + noise
+    t.requires_grad_(True)
+    return (t, k, v, reset) if where == "q" else (q, t, v, reset)
+
+
+@pytest.mark.parametrize("rule", ["linear", "delta"])
+@pytest.mark.parametrize("vectorized", [True, False])
+@pytest.mark.parametrize("value", [-20.0, -120.0])
+def test_far_negative_query_reads_finite_values(rule: str, vectorized: bool, value: float) -> None:
+    """A query with every coordinate near −20 (σ ≈ 2e-9: `elu + 1` gave 0/0) reads what the reference
+    reads, and near −120 (σ underflows to 0 even when exact) reads 0 by the denominator's floor; outputs,
+    state and gradients finite."""
+    mem = plugin(rule, vectorized=vectorized)
+    q, k, v, reset = far_negative_inputs("q", value)
+    out, state = run_plugin(mem, q, k, v, reset)
+    assert torch.isfinite(out).all() and torch.isfinite(state["M"]).all()
+    ref, _, _ = infini_reference(q, k, v, mem.gate.beta, reset, rule)
+    assert torch.allclose(out, ref, atol=1e-5, rtol=1e-4)
+    grads = torch.autograd.grad(out.square().sum() + state["M"].sum(), (q, k, v))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_far_negative_query_reads_like_any_uniform_query() -> None:
+    """σ(Q)M / (σ(Q)z) is invariant to scaling σ(Q): a query with all coordinates −20 reads exactly what
+    one with all coordinates 0 reads (gate forced to memory). `elu + 1` makes the first 0/0."""
+    mem = plugin("linear")
+    with torch.no_grad():
+        mem.gate.beta.fill_(30.0)  # sigmoid(30) = 1 in float32: the output is A_mem
+    q, k, v, reset = inputs(seed=8)
+    q = q.detach().clone()
+    q[:, 1:, :, 0], q[:, 1:, :, 1] = -20.0, 0.0
+    with torch.no_grad():
+        out, _ = run_plugin(mem, q, k, v, reset)
+    assert torch.allclose(out[:, 1:, :, 0], out[:, 1:, :, 1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rule", ["linear", "delta"])
+@pytest.mark.parametrize("value", [-20.0, -120.0])
+def test_far_negative_key_does_not_poison_memory(rule: str, value: float) -> None:
+    """One key token near −20 (or −120, where σ is 0) in segment 0: M and z stay finite, and the later
+    memory reads (gate forced to memory) equal those of a run with that key at −60 (contribution ~1e-26,
+    no floor involved). With `elu + 1` the delta rule's inner read for that key was 0/0, and M stayed
+    NaN until the next reset."""
+    mem = plugin(rule, vectorized=False)
+    with torch.no_grad():
+        mem.gate.beta.fill_(30.0)  # sigmoid(30) = 1 in float32: the output is A_mem
+    q, k, v, reset = far_negative_inputs("k", value, segments=slice(0, 1))
+    _, k_small, _, _ = far_negative_inputs("k", -60.0, segments=slice(0, 1))
+    with torch.no_grad():
+        out, state = run_plugin(mem, q, k, v, reset)
+        out_small, state_small = run_plugin(mem, q, k_small, v, reset)
+    assert torch.isfinite(state["M"]).all() and torch.isfinite(state["z"]).all()
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out[:, 1:], out_small[:, 1:], atol=1e-6, rtol=1e-5)
+    assert torch.allclose(state["M"], state_small["M"], atol=1e-5, rtol=1e-5)
+
+
+def test_segmented_cumsum_restarts_at_every_start() -> None:
+    """Against a plain loop, with several restarts per row, one at s = 0, and a row with none."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(4, 13, 2, 3, generator=g)
+    start = torch.rand(4, 13, generator=g) < 0.3
+    start[1, 0] = True
+    start[2] = False
+    expected = torch.zeros_like(x)
+    for b in range(4):
+        run = torch.zeros(2, 3)
+        for s in range(13):
+            run = x[b, s] + (0 if start[b, s] else run)
+            expected[b, s] = run
+    assert torch.allclose(segmented_cumsum(x, start), expected, atol=1e-6)
+    assert torch.allclose(segmented_cumsum(x, torch.zeros(4, 13, dtype=torch.bool)), x.cumsum(1), atol=1e-6)
+
+
+def test_long_call_with_late_reset_matches_the_loop() -> None:
+    """2,000 segments in one call, a reset 4 segments before the end: the vectorized linear path and the
+    loop (float32) each match a float64 loop to 1e-5 on every read. Taking the sums after the reset as
+    differences of the whole call's cumulative sums was off by 1.9e-4 here."""
+    s_total, n, d = 2000, 4, 4
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, s_total, 1, n, d, generator=g, dtype=torch.float64) for _ in range(3))
+    reset = torch.zeros(1, s_total, dtype=torch.bool)
+    reset[0, s_total - 4] = True
+    mem = InfiniAttention(InfiniConfig(rule="linear"), tiny_model_config(d_model=d, n_heads=1), 0)
+    state = mem.initial_state(1, torch.device("cpu"))
+    with torch.no_grad():
+        exact, _, _ = mem._segment_loop(sigma(q), sigma(k), v, reset, {key: t.double() for key, t in state.items()})
+        sq, sk, v32 = sigma(q.float()), sigma(k.float()), v.float()
+        fast, _, fast_state = mem._linear_all_segments(sq, sk, v32, reset, state)
+        loop, _, loop_state = mem._segment_loop(sq, sk, v32, reset, state)
+    assert float((loop.double() - exact).abs().max()) < 1e-5
+    assert float((fast.double() - exact).abs().max()) < 1e-5
+    assert float((fast - loop).abs().max()) < 1e-5
+    assert torch.allclose(fast_state["M"], loop_state["M"], atol=1e-5) and torch.equal(fast_state["z"] > 0, loop_state["z"] > 0)

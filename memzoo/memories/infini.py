@@ -16,13 +16,19 @@ First segment (the paper is silent): with M = 0 and z = 0 the read is 0/0. `firs
 first segment's output is (1 − sigmoid(β)) A_dot; `first_read="skip"` uses A = A_dot there. The
 delta rule's inner read σ(K) M / (σ(K) z) follows the same rule, so the first delta write equals
 the linear one. Memory state is float32 whatever the autocast dtype.
+
+σ is computed exactly, as x + 1 for x > 0 and exp(x) otherwise: `elu(x) + 1` cancels to 0 in
+float32 below about −16.6, and one such token made a 0/0 read (or, in the delta rule's inner
+read, poisoned M until the next reset). Exact σ is positive until exp(x) underflows (x < −103 in
+float32); for that range every denominator σ(·) z is floored at DEN_FLOOR, so a token whose σ
+vanishes reads 0 (and writes nothing) instead of 0/0. The floor changes no read whose denominator
+exceeds it (for z of order 1: any query coordinate above about −69).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from einops import einsum
 from torch import Tensor
 
@@ -41,12 +47,19 @@ class InfiniConfig:
     gate_init: float = 0.0  # β at initialisation; 0 -> sigmoid 0.5, far from saturation
     gate_lr_mult: float = 1.0  # learning-rate multiplier for β (large reproductions raised it)
     gate_weight_decay: float = 0.0  # weight decay on β (decay pulls gates to 0.5; off by default)
-    vectorized: bool = True  # linear rule: all segments' memories by a cumulative sum (same values)
+    vectorized: bool = True  # linear rule: all segments' memories by a segmented prefix sum (same values)
+
+
+DEN_FLOOR = 1e-30  # floor of σ(·) z: 0/0 never happens, and 1/DEN_FLOOR² stays finite in float32 backward
 
 
 def sigma(x: Tensor) -> Tensor:
-    """The paper's non-linearity σ(x) = ELU(x) + 1 (positive, so the denominator is positive)."""
-    return F.elu(x) + 1.0
+    """σ(x) = ELU(x) + 1, exactly: x + 1 for x > 0, exp(x) otherwise (positive until exp underflows).
+
+    exp of min(x, 0), so the unused branch never overflows (an inf there would make inf * 0 = NaN
+    in backward). The gradient is 1 for x > 0 and exp(x) for x <= 0 (1 at x = 0 from both sides).
+    """
+    return torch.where(x > 0, x + 1.0, torch.exp(torch.clamp(x, max=0.0)))
 
 
 def is_empty(z: Tensor) -> Tensor:
@@ -58,8 +71,13 @@ def retrieve(sq: Tensor, mem: Tensor, z: Tensor) -> Tensor:
     """σ(Q) M / (σ(Q) z). sq: [B, H, N, Dk], mem: [B, H, Dk, Dv], z: [B, H, Dk] -> [B, H, N, Dv]."""
     num = einsum(sq, mem, "b h n k, b h k v -> b h n v")
     den = einsum(sq, z, "b h n k, b h k -> b h n")[..., None]  # one scalar per token
-    den = torch.where(is_empty(z)[..., None, None], torch.ones_like(den), den)  # empty memory reads 0
-    return num / den
+    return num / guard(den, is_empty(z)[..., None, None])
+
+
+def guard(den: Tensor, empty: Tensor) -> Tensor:
+    """The denominator σ(Q) z, made safe: 1 where the memory is empty (it reads 0, see `first_read`),
+    at least DEN_FLOOR elsewhere (a query or key whose σ underflowed reads 0, not 0/0)."""
+    return torch.where(empty, torch.ones_like(den), den.clamp(min=DEN_FLOOR))
 
 
 def update_linear(mem: Tensor, z: Tensor, sk: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -135,28 +153,51 @@ class InfiniAttention(LayerMemory):
     def _linear_all_segments(self, sq: Tensor, sk: Tensor, v: Tensor, reset: Tensor, state: State):
         """The linear rule for all S segments without a loop.
 
-        M_{s-1} = (no reset yet ? M_init : 0) + Σ of the segment updates since the last reset,
-        taken as differences of an exclusive cumulative sum. Same values as the loop.
+        M_{s-1} is a running sum of the segment updates σ(K)ᵀV that restarts from 0 at each reset
+        (from the carried M where no reset has happened yet): a segmented prefix sum, so the sum
+        after a late reset is taken afresh, never as a difference of two long sums (which in
+        float32 loses the history's magnitude times 1e-7). Same values as the loop.
         """
-        b, s = sq.shape[:2]
-        du = einsum(sk, v, "b s h n k, b s h n v -> b s h k v")  # each segment's σ(K)ᵀ V
+        du = einsum(sk, v, "b s h n k, b s h n v -> b s h k v")  # [B, S, H, Dk, Dv] each segment's σ(K)ᵀ V
         dz = sk.sum(dim=-2)  # [B, S, H, Dk]
-        cum_u = torch.cumsum(du, dim=1) - du  # exclusive: Σ_{j<s}
-        cum_z = torch.cumsum(dz, dim=1) - dz
-        idx = torch.arange(s, device=sq.device).expand(b, s)
-        last_reset = torch.where(reset, idx, torch.full_like(idx, -1)).cummax(dim=1).values  # [B, S]
-        started = last_reset >= 0
-        gather = last_reset.clamp(min=0)
-
-        def before(cum: Tensor, init: Tensor) -> Tensor:
-            at_reset = torch.gather(cum, 1, gather.view(b, s, *([1] * (cum.dim() - 2))).expand_as(cum))
-            mask = started.view(b, s, *([1] * (cum.dim() - 2)))
-            return torch.where(mask, cum - at_reset, init[:, None] + cum)
-
-        mem_before, z_before = before(cum_u, state["M"]), before(cum_z, state["z"])  # [B, S, H, ...]
+        mem_before, mem_last = sums_before(du, state["M"], reset)  # M_{s-1} for every s, and M_S
+        z_before, z_last = sums_before(dz, state["z"], reset)
         a_mem = einsum(sq, mem_before, "b s h n k, b s h k v -> b s h n v")
         den = einsum(sq, z_before, "b s h n k, b s h k -> b s h n")[..., None]
         empty = is_empty(z_before)  # [B, S, H]
-        a_mem = a_mem / torch.where(empty[..., None, None], torch.ones_like(den), den)
-        new_state = {"M": mem_before[:, -1] + du[:, -1], "z": z_before[:, -1] + dz[:, -1]}
-        return a_mem, empty, new_state
+        a_mem = a_mem / guard(den, empty[..., None, None])
+        return a_mem, empty, {"M": mem_last, "z": z_last}
+
+
+def sums_before(delta: Tensor, init: Tensor, reset: Tensor) -> tuple[Tensor, Tensor]:
+    """The state before each segment and after the last, for a state that adds `delta` [B, S, ...]
+    each segment, starts from `init` [B, ...] and restarts from 0 where `reset` [B, S] is set.
+
+    before[s] = 0 if reset[s]; else init + Σ_{j<s} delta_j (no reset in [0, s]); else Σ_{r<=j<s}
+    delta_j from the last reset r. Returns (before [B, S, ...], after the last segment [B, ...]).
+    """
+    keep = ~reset.view(*reset.shape, *([1] * (delta.dim() - 2)))  # [B, S, 1...]
+    first = delta[:, :1] + torch.where(keep[:, :1], init[:, None], torch.zeros_like(init[:, None]))
+    after = segmented_cumsum(torch.cat((first, delta[:, 1:]), dim=1), reset)  # state after segment s
+    before = torch.cat((init[:, None], after[:, :-1]), dim=1)  # state after s-1 (init before 0)
+    return torch.where(keep, before, torch.zeros_like(before)), after[:, -1]
+
+
+def segmented_cumsum(x: Tensor, start: Tensor) -> Tensor:
+    """Inclusive prefix sum of x [B, S, ...] along S that restarts at every s where start [B, S] is
+    True: out[s] = Σ x_j over j from the last start <= s (from 0 if none) to s.
+
+    Hillis-Steele scan with the associative step (a, f_a) ∘ (b, f_b) = (b if f_b else a + b, f_a or f_b):
+    log2(S) vectorised steps, and every sum is taken only over its own run (no cancellation).
+    """
+    s = x.shape[1]
+    if not bool(start[:, 1:].any()):
+        return torch.cumsum(x, dim=1)  # one run per row: the plain prefix sum
+    flag = start.view(*start.shape, *([1] * (x.dim() - 2)))  # [B, S, 1...]
+    d = 1
+    while d < s:
+        add = torch.where(flag[:, d:], 0.0, x[:, :-d])  # x[i-d] unless a run starts in (i-d, i]
+        x = torch.cat((x[:, :d], x[:, d:] + add), dim=1)
+        flag = torch.cat((flag[:, :d], flag[:, d:] | flag[:, :-d]), dim=1)
+        d *= 2
+    return x
