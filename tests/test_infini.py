@@ -216,21 +216,22 @@ def test_far_negative_query_reads_like_any_uniform_query() -> None:
 @pytest.mark.parametrize("rule", ["linear", "delta"])
 @pytest.mark.parametrize("value", [-20.0, -120.0])
 def test_far_negative_key_does_not_poison_memory(rule: str, value: float) -> None:
-    """One key token near −20 (or −120, where σ is 0) in segment 0: M and z stay finite, and the later
-    memory reads (gate forced to memory) equal those of a run with that key at −60 (contribution ~1e-26,
-    no floor involved). With `elu + 1` the delta rule's inner read for that key was 0/0, and M stayed
-    NaN until the next reset."""
+    """One key token near −20 (or −120, where σ is 0) in segment 1 (memory not empty): M and z stay
+    finite, and segment 2's memory reads (gate forced to memory) equal those of a run with that key at
+    −60 (contribution ~1e-26, no floor involved). With `elu + 1` the delta rule's inner read for that
+    key was 0/0, and M stayed NaN until the next reset."""
     mem = plugin(rule, vectorized=False)
     with torch.no_grad():
         mem.gate.beta.fill_(30.0)  # sigmoid(30) = 1 in float32: the output is A_mem
-    q, k, v, reset = far_negative_inputs("k", value, segments=slice(0, 1))
-    _, k_small, _, _ = far_negative_inputs("k", -60.0, segments=slice(0, 1))
+    q, k, v, reset = far_negative_inputs("k", value, segments=slice(1, 2))
+    _, k_small, _, _ = far_negative_inputs("k", -60.0, segments=slice(1, 2))
+    reset[:] = False  # both rows carry their memory into segment 2
     with torch.no_grad():
         out, state = run_plugin(mem, q, k, v, reset)
         out_small, state_small = run_plugin(mem, q, k_small, v, reset)
     assert torch.isfinite(state["M"]).all() and torch.isfinite(state["z"]).all()
     assert torch.isfinite(out).all()
-    assert torch.allclose(out[:, 1:], out_small[:, 1:], atol=1e-6, rtol=1e-5)
+    assert torch.allclose(out[:, 2], out_small[:, 2], atol=1e-6, rtol=1e-5)
     assert torch.allclose(state["M"], state_small["M"], atol=1e-5, rtol=1e-5)
 
 
