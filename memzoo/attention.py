@@ -46,11 +46,22 @@ class KVPrefix:
 
 
 class LocalAttention:
-    """Causal softmax attention over [prefix; segment] with RoPE; backend sdpa or xformers (CUDA)."""
+    """Causal softmax attention over [prefix; segment] with RoPE; backend sdpa or xformers (CUDA).
 
-    def __init__(self, rope_base: float, backend: str = "auto"):
+    `segment_mask` [N, N] (True = may attend), when set, replaces the causal mask within the segment:
+    a model-level memory whose slots see each other both ways (RMT) sets it for its wrapped segment.
+    """
+
+    def __init__(self, rope_base: float, backend: str = "auto", segment_mask: Optional[Tensor] = None):
         self.rope_base = rope_base
         self.backend = backend
+        self.segment_mask = segment_mask  # [N, N] bool or None (causal)
+
+    def with_segment_mask(self, mask: Optional[Tensor]) -> "LocalAttention":
+        """The same attention with `mask` [N, N] (True = may attend) within the segment; None = causal."""
+        if mask is not None and (mask.dim() != 2 or mask.shape[0] != mask.shape[1] or mask.dtype != torch.bool):
+            raise ValueError(f"segment_mask must be a square bool [N, N] tensor; got {mask.dtype} {list(mask.shape)}")
+        return LocalAttention(self.rope_base, self.backend, mask)
 
     def _use_xformers(self, device: torch.device) -> bool:
         if self.backend == "sdpa":
@@ -75,14 +86,19 @@ class LocalAttention:
         n = q.shape[-2]
         pos = torch.arange(n, device=q.device)
         q_r, k_r = rope(q, pos, self.rope_base), rope(k, pos, self.rope_base)
+        within = self.segment_mask
+        if within is not None and within.shape != (n, n):
+            raise ValueError(f"segment_mask is {list(within.shape)} for a segment of {n} positions")
         if prefix is None:
+            if within is not None:
+                return self._masked(q_r, k_r, v, within)
             if self._use_xformers(q.device):
                 return self._xformers(q_r, k_r, v, None)
             return F.scaled_dot_product_attention(q_r, k_r, v, is_causal=True)
         pk = rope(prefix.k.to(q.dtype), prefix.pos, self.rope_base)
         k_all = torch.cat((pk, k_r), dim=-2)  # [B, H, M+N, D]
         v_all = torch.cat((prefix.v.to(q.dtype), v), dim=-2)
-        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()  # [N, N]
+        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril() if within is None else within  # [N, N]
         mask = torch.cat(
             (prefix.valid[:, None, :].expand(-1, n, -1), causal.expand(q.shape[0], -1, -1)), dim=-1
         )[:, None]  # [B, 1, N, M+N]
@@ -94,6 +110,13 @@ class LocalAttention:
         """General form: explicit positions and a boolean mask [B, 1, Nq, Nk] (True = may attend)."""
         q_r, k_r = rope(q, q_pos, self.rope_base), rope(k, k_pos, self.rope_base)
         if self._use_xformers(q.device):
+            return self._xformers(q_r, k_r, v, mask)
+        return F.scaled_dot_product_attention(q_r, k_r, v, attn_mask=mask)
+
+    def _masked(self, q_r: Tensor, k_r: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """Rotated q, k [B, H, N, D] under an explicit mask [N, N] (True = may attend)."""
+        mask = mask.to(q_r.device)
+        if self._use_xformers(q_r.device):
             return self._xformers(q_r, k_r, v, mask)
         return F.scaled_dot_product_attention(q_r, k_r, v, attn_mask=mask)
 

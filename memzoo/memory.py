@@ -10,7 +10,8 @@ Two kinds, covering the six methods:
   mixes a separate readout through a gate (Infini, Memorizing) or adds one (∞-former) is its own
   business.
 * `ModelMemory` (one per model; RMT). It wraps each segment's embeddings before the layers and
-  reads its next state from the last layer's outputs.
+  reads its next state from the last layer's outputs; it may replace the causal mask over the
+  wrapped segment (`attention_mask`).
 
 State is a flat `dict[str, Tensor]` whose tensors all have the batch row as dim 0, so that reset
 per row, detaching, checkpointing and measuring are generic. Only floating-point tensors count
@@ -167,6 +168,11 @@ class ModelMemory(_Memory):
     def leave(self, h: Tensor, state: State) -> State:
         """The next state from the last layer's outputs h [B, N', d_model] (after the final norm)."""
         raise NotImplementedError
+
+    def attention_mask(self, length: int, device: torch.device) -> Optional[Tensor]:
+        """Which of the `length` wrapped positions may attend to which: [N', N'] bool (True = may
+        attend), or None for the plain causal mask (the default). Every layer uses it."""
+        return None
 
 
 class NoMemory(LayerMemory):

@@ -71,11 +71,13 @@ class MemoryAttention(nn.Module):
         self.attend = attend
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, h: Tensor, reset: Tensor, state: State) -> tuple[Tensor, State, Tensor]:
-        """h: [B, S, N, d_model] (normed). Returns ([B, S, N, d_model], state, aux)."""
+    def forward(self, h: Tensor, reset: Tensor, state: State, mask: Optional[Tensor] = None) -> tuple[Tensor, State, Tensor]:
+        """h: [B, S, N, d_model] (normed); mask: [N, N] within-segment attention mask, None = causal.
+        Returns ([B, S, N, d_model], state, aux)."""
         # Heads are split with a transpose (never a bare view, which mixes positions into heads).
         q, k, v = rearrange(self.qkv(h), "b s n (three h d) -> three b s h n d", three=3, h=self.n_heads)
-        inputs = LayerInputs(h, q, k, v, reset, self.attend, self.project_kv)
+        attend = self.attend if mask is None else self.attend.with_segment_mask(mask)
+        inputs = LayerInputs(h, q, k, v, reset, attend, self.project_kv)
         heads, state, aux = self.memory(inputs, state)  # [B, S, H, N, D]
         return self.drop(self.proj(rearrange(heads, "b s h n d -> b s n (h d)"))), state, aux
 
@@ -101,8 +103,8 @@ class Block(nn.Module):
         self.norm_mlp = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, reset: Tensor, state: State) -> tuple[Tensor, State, Tensor]:
-        y, state, aux = self.attn(self.norm_attn(x), reset, state)
+    def forward(self, x: Tensor, reset: Tensor, state: State, mask: Optional[Tensor] = None) -> tuple[Tensor, State, Tensor]:
+        y, state, aux = self.attn(self.norm_attn(x), reset, state, mask)
         x = x + y
         return x + self.mlp(self.norm_mlp(x)), state, aux
 
@@ -175,14 +177,15 @@ class MemoryModel(nn.Module):
             return self._layer_major(tokens, state, reset)
         return self._segment_major(tokens, state, reset)
 
-    def _run_blocks(self, x: Tensor, reset: Tensor, layer_states: list[State]) -> tuple[Tensor, list[State], Tensor]:
+    def _run_blocks(self, x: Tensor, reset: Tensor, layer_states: list[State],
+                    mask: Optional[Tensor] = None) -> tuple[Tensor, list[State], Tensor]:
         aux = zero_loss(x)
         new_states = []
         for block, st in zip(self.blocks, layer_states):
             if self.cfg.checkpoint_activations and self.training:
-                x, st, a = checkpoint(block, x, reset, st, use_reentrant=False)
+                x, st, a = checkpoint(block, x, reset, st, mask, use_reentrant=False)
             else:
-                x, st, a = block(x, reset, st)
+                x, st, a = block(x, reset, st, mask)
             new_states.append(st)
             aux = aux + a
         return x, new_states, aux
@@ -200,7 +203,8 @@ class MemoryModel(nn.Module):
         for s in range(tokens.shape[1]):
             mem = self.model_memory.reset_rows(mem, reset[:, s])
             x, token_mask = self.model_memory.enter(self.embed(tokens[:, s]), mem)  # [B, N', d_model]
-            x, layers, a = self._run_blocks(x[:, None], reset[:, s : s + 1], layers)
+            mask = self.model_memory.attention_mask(x.shape[1], x.device)  # [N', N'] or None (causal)
+            x, layers, a = self._run_blocks(x[:, None], reset[:, s : s + 1], layers, mask)
             h = self.norm_out(x[:, 0])  # [B, N', d_model]
             mem = self.model_memory.leave(h, mem)
             logits.append(self.head(h[:, token_mask]))

@@ -36,6 +36,7 @@ VARIANTS: list[tuple[str, str, dict]] = [
                                           "compression": "depthwise-conv"}),
     ("memorizing-small-store", "memorizing", {"store_size": 12, "mem_len": 0, "top_k": 2}),
     ("rmt-learned-write", "rmt", {"n_mem_tokens": 2, "write_slots": "learned"}),
+    ("rmt-causal-mask", "rmt", {"n_mem_tokens": 2, "memory_mask": "causal"}),
     ("infty-former-sticky", "infty-former", {"n_basis": 8, "kv_weights": "layer", "sticky_memories": True}),
 ]
 # (id, method, options): every registered method at its tiny options, then the variants.

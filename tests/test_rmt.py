@@ -1,5 +1,6 @@
-"""Recurrent Memory Transformer: the next memory against a manual forward, the learned initial
-memory (fresh rows, per-row reset, gradient), the truncated-BPTT horizon, float32 state."""
+"""Recurrent Memory Transformer: the next memory against a manual forward, the attention mask among
+the memory slots (the authors' bidirectional blocks, or plain causal), the learned initial memory
+(fresh rows, per-row reset, gradient), the truncated-BPTT horizon, float32 state."""
 from __future__ import annotations
 
 import pytest
@@ -17,13 +18,22 @@ from memzoo.train import train_window
 B, N, V, P = 2, 8, 256, 3
 
 
-def rmt_model(write_slots: str = "memory", seed: int = 0) -> MemoryModel:
+def rmt_model(write_slots: str = "memory", seed: int = 0, memory_mask: str = "bidirectional") -> MemoryModel:
     """Tiny model (d 32, 2 layers, N 8) with P memory tokens."""
     torch.manual_seed(seed)
     cfg = ModelConfig(d_model=32, n_layers=2, n_heads=2, segment_len=N, mlp_ratio=2.0)
-    model = MemoryModel(cfg, "rmt", RMTConfig(n_mem_tokens=P, write_slots=write_slots))
+    model = MemoryModel(cfg, "rmt", RMTConfig(n_mem_tokens=P, write_slots=write_slots, memory_mask=memory_mask))
     model.eval()
     return model
+
+
+def allowed(p: int, n: int, memory_mask: str) -> torch.Tensor:
+    """[read p; tokens n; write p], True = position i may attend to j, entry by entry: j <= i, and with
+    "bidirectional" also any j in the same memory block (read or write) as i."""
+    length = p + n + p
+    block = lambda i: "read" if i < p else ("write" if i >= p + n else "token")  # noqa: E731
+    return torch.tensor([[j <= i or (memory_mask == "bidirectional" and block(i) == block(j) != "token")
+                          for j in range(length)] for i in range(length)])
 
 
 def tokens(s: int, seed: int = 1) -> torch.Tensor:
@@ -37,15 +47,17 @@ def manual_segment(model: MemoryModel, tok: torch.Tensor, mem: torch.Tensor) -> 
     write = mem if mm.write_embed is None else mm.write_embed.expand(tok.shape[0], -1, -1)
     x = torch.cat((mem, model.embed(tok), write), dim=1)[:, None]  # [B, 1, P+n+P, d]
     no_reset = torch.zeros(tok.shape[0], 1, dtype=torch.bool)
+    mask = allowed(P, n, mm.cfg.memory_mask)
     for block in model.blocks:
-        x, _, _ = block(x, no_reset, {})
+        x, _, _ = block(x, no_reset, {}, mask)
     h = model.norm_out(x[:, 0])  # [B, P+n+P, d]
     return model.head(h[:, P : P + n]), h[:, P + n :]
 
 
 @pytest.mark.parametrize("write_slots", ["memory", "learned"])
-def test_next_memory_is_final_layer_output_at_write_positions(write_slots: str) -> None:
-    model = rmt_model(write_slots)
+@pytest.mark.parametrize("memory_mask", ["bidirectional", "causal"])
+def test_next_memory_is_final_layer_output_at_write_positions(write_slots: str, memory_mask: str) -> None:
+    model = rmt_model(write_slots, memory_mask=memory_mask)
     x = tokens(3)
     with torch.no_grad():
         out = model(x)
@@ -70,6 +82,63 @@ def test_enter_places_memory_at_both_ends_and_masks_tokens() -> None:
     xin, _ = learned.enter(x, {"mem": mem})
     assert torch.equal(xin[:, :P], mem)
     assert torch.equal(xin[:, -P:], learned.write_embed.detach().expand(B, -1, -1))
+
+
+def test_attention_mask_is_the_authors_or_causal() -> None:
+    """bidirectional: LM-RMT's `dec_attn_mask` (1 = masked) = triu(ones, 1) with the read block
+    [:p, :p] and the write block [-p:, -p:] zeroed; written out for p = 2, n = 3. causal: None (the
+    backbone's own causal mask)."""
+    mm = rmt_model().model_memory
+    p = P
+    expected = torch.tensor([
+        # r  r  t  t  t  w  w
+        [1, 1, 0, 0, 0, 0, 0],  # read 0: both read slots, no token
+        [1, 1, 0, 0, 0, 0, 0],  # read 1
+        [1, 1, 1, 0, 0, 0, 0],  # token 0: read slots and itself
+        [1, 1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1, 0, 0],  # token 2
+        [1, 1, 1, 1, 1, 1, 1],  # write 0: everything, write 1 included
+        [1, 1, 1, 1, 1, 1, 1],
+    ], dtype=torch.bool)
+    two = RecurrentMemory(RMTConfig(n_mem_tokens=2), mm.model_cfg)
+    assert torch.equal(two.attention_mask(7, torch.device("cpu")), expected)
+    length = p + 5 + p
+    masked = torch.ones(length, length).triu(1)  # the authors' form: 1 = may not attend
+    masked[:p, :p] = 0
+    masked[-p:, -p:] = 0
+    assert torch.equal(mm.attention_mask(length, torch.device("cpu")), masked == 0)
+    assert torch.equal(mm.attention_mask(length, torch.device("cpu")), allowed(p, 5, "bidirectional"))
+    causal = RecurrentMemory(RMTConfig(n_mem_tokens=p, memory_mask="causal"), mm.model_cfg)
+    assert causal.attention_mask(length, torch.device("cpu")) is None
+
+
+@pytest.mark.parametrize("memory_mask", ["bidirectional", "causal"])
+def test_memory_blocks_see_each_other_only_when_bidirectional(memory_mask: str) -> None:
+    """Through the whole model: read slot 0's output depends on read slot p-1, and the next memory's
+    slot 0 on write slot p-1, exactly when the mask is bidirectional; no token output ever depends on
+    the write slots (they come after every token). A masked position gets attention weight exactly 0,
+    so "does not depend" is exact equality; the tiny model's dependences are small (~1e-7) but nonzero."""
+    model = rmt_model("learned", memory_mask=memory_mask)
+    x = tokens(1)
+    tops: list[torch.Tensor] = []
+    handle = model.norm_out.register_forward_hook(lambda _m, _i, out: tops.append(out))  # [B, P+N+P, d]
+    state = model.initial_state(B)
+    read = state.model["mem"].clone()
+    read_changed = read.clone()
+    read_changed[:, -1] += 1.0  # the last read slot
+    with torch.no_grad():
+        base = model(x, type(state)(state.layers, {"mem": read}))
+        other_read = model(x, type(state)(state.layers, {"mem": read_changed}))
+        model.model_memory.write_embed[-1] += 1.0  # the last write slot
+        other_write = model(x, type(state)(state.layers, {"mem": read}))
+    handle.remove()
+    bidirectional = memory_mask == "bidirectional"
+    read0_moved = float((tops[0][:, 0] - tops[1][:, 0]).abs().max())
+    assert (read0_moved > 0) == bidirectional, f"read slot 0 moved by {read0_moved:.2e}"
+    mem0_moved = float((base.state.model["mem"][:, 0] - other_write.state.model["mem"][:, 0]).abs().max())
+    assert (mem0_moved > 0) == bidirectional, f"next memory slot 0 moved by {mem0_moved:.2e}"
+    assert torch.equal(base.logits, other_write.logits), "a token saw a write slot"
+    assert float((base.logits - other_read.logits).abs().max()) > 0, "tokens must see the read slots"
 
 
 def test_partial_final_segment() -> None:
@@ -244,3 +313,12 @@ def test_bad_options_are_errors() -> None:
         RecurrentMemory(RMTConfig(n_mem_tokens=0), cfg)
     with pytest.raises(ValueError, match="write_slots"):
         RecurrentMemory(RMTConfig(write_slots="both"), cfg)
+    with pytest.raises(ValueError, match="memory_mask='full'"):
+        RecurrentMemory(RMTConfig(memory_mask="full"), cfg)
+    from memzoo.attention import LocalAttention
+
+    with pytest.raises(ValueError, match=r"square bool \[N, N\].*\[3, 4\]"):
+        LocalAttention(10000.0).with_segment_mask(torch.ones(3, 4, dtype=torch.bool))
+    q = torch.zeros(1, 1, 5, 4)
+    with pytest.raises(ValueError, match=r"segment_mask is \[3, 3\] for a segment of 5 positions"):
+        LocalAttention(10000.0).with_segment_mask(torch.ones(3, 3, dtype=torch.bool))(q, q, q)
