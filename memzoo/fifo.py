@@ -45,6 +45,23 @@ def fifo_push(state: State, new: dict[str, Tensor], new_valid: Tensor | None = N
     return kept, evicted
 
 
+def filled(buf: State) -> State:
+    """The buffer from its oldest slot valid in any row on: {name: [B, F, ...]}, F <= C.
+
+    Every valid slot is kept (rows with fewer are still masked by `valid`), so a read over the
+    result masks exactly what a read over the whole buffer masks, at a cost that follows the filled
+    slots, not the capacity. Slot i of the result is slot C - F + i of the buffer, so a FIFO
+    slot's position i - C (slot_positions) is the same computed on either.
+    """
+    valid = buf["valid"]  # [B, C]
+    capacity = valid.shape[1]
+    if capacity == 0:
+        return buf
+    slot = torch.arange(capacity, device=valid.device)
+    first = int(torch.where(valid.any(dim=0), slot, capacity).min())  # one host sync
+    return buf if first == 0 else {name: t[:, first:] for name, t in buf.items()}
+
+
 def slot_positions(capacity: int, device: torch.device, spacing: int = 1, offset: int = 0) -> Tensor:
     """Positions of C time-contiguous slots relative to the next segment's first token: [C]."""
     return (torch.arange(capacity, device=device) - capacity) * spacing - offset

@@ -13,7 +13,9 @@ non-differentiable store of past (key, value) pairs per head and batch row, FIFO
 
 Order: the store is read (state_{s-1}) before the segment is written, so a segment never
 retrieves its own keys. Empty slots (a fresh or reset row) are masked out of the search and the
-softmax, never retrieved as zero vectors.
+softmax, never retrieved as zero vectors. The search and the XL attention run only over the filled
+part of a buffer (from the oldest slot valid in any row: `fifo.filled`), so an empty capacity costs
+nothing: a store of 65,536 with 900 keys in it searches 900 slots, with the same neighbours.
 
 Choices where the paper is silent (also in registry/memorizing.yaml):
 * kNN layer: `knn_layer=None` means ceil(0.75 × n_layers) − 1, the first layer at or past three
@@ -48,7 +50,7 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, fifo_reset, kv_prefix, kv_slot_shapes, push_kv
+from memzoo.fifo import fifo_init, fifo_push, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv
 from memzoo.memory import HeadGate, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -147,7 +149,9 @@ def attend_retrieved(q_hat: Tensor, keys: Tensor, values: Tensor, idx: Tensor, o
     b, h = q_hat.shape[:2]
     rows = torch.arange(b, device=idx.device).view(b, 1, 1, 1)
     heads = torch.arange(h, device=idx.device).view(1, h, 1, 1)
-    k_ret, v_ret = keys[rows, idx, heads], values[rows, idx, heads]  # [B, H, N, K, D]
+    empty = ~ok[..., None]  # [B, H, N, K, 1]: padding picks of a query with fewer than K valid slots
+    k_ret = keys[rows, idx, heads].masked_fill(empty, 0.0)  # [B, H, N, K, D]; whatever an empty slot
+    v_ret = values[rows, idx, heads].masked_fill(empty, 0.0)  # holds cannot reach outputs or gradients
     logits = einsum(q_hat, k_ret, "b h n d, b h n k d -> b h n k") * scale.view(1, h, 1, 1)
     logits = logits.masked_fill(~ok, float("-inf"))
     any_ok = ok.any(dim=-1, keepdim=True)  # [B, H, N, 1]
@@ -201,7 +205,7 @@ class MemorizingXL(LayerMemory):
     def local(self, x: SegmentInputs, state: State) -> tuple[Tensor, State]:
         """Causal attention over [XL cache; segment] with RoPE, then push the segment (SG) into the cache."""
         cache = substate(state, "cache_")
-        out = x.attend(x.q, x.k, x.v, prefix=kv_prefix(cache))  # [B, H, N, D]
+        out = x.attend(x.q, x.k, x.v, prefix=kv_prefix(filled(cache)))  # [B, H, N, D]: filled slots only
         cache, _ = push_kv(cache, x.k, x.v)
         return out, {**state, **prefixed("cache_", cache)}
 
@@ -233,7 +237,7 @@ class MemorizingKNN(MemorizingXL):
         return self.gate.values()
 
     def search(self, q_hat: Tensor, store: State) -> tuple[Tensor, Tensor]:
-        """Top-k slot indices and their validity for each query: 2 x [B, H, N, k']."""
+        """Top-k slot indices (into `store`) and their validity for each query: 2 x [B, H, N, k']."""
         fn = knn_faiss if self.cfg.knn_backend == "faiss" else knn_exact
         return fn(q_hat, store["k"], store["valid"], self.cfg.top_k)
 
@@ -241,6 +245,7 @@ class MemorizingKNN(MemorizingXL):
         """A_mem from the store as it was before this segment: q [B, H, N, D] -> [B, H, N, D] (float32)."""
         with torch.autocast(device_type=q.device.type, enabled=False):
             q_hat = l2_normalise(q.float())  # no positional encoding on the memory path
+            store = filled(store)  # [B, F, H, D]: the search costs the filled slots, not store_size
             idx, ok = self.search(q_hat, store)
             return attend_retrieved(q_hat, store["k"], store["v"], idx, ok, self.log_scale.float().exp())
 
