@@ -14,9 +14,14 @@ from memzoo.memory import State
 
 
 def fifo_init(batch_size: int, capacity: int, shapes: dict[str, tuple[int, ...]], device: torch.device,
-              dtype: torch.dtype = torch.float32) -> State:
-    """Empty buffers {name: [B, C, *shape]} plus `valid` [B, C] (all False)."""
-    state = {name: torch.zeros(batch_size, capacity, *shape, device=device, dtype=dtype) for name, shape in shapes.items()}
+              dtype: torch.dtype = torch.float32, lazy: bool = False) -> State:
+    """Empty buffers {name: [B, C, *shape]} plus `valid` [B, C] (all False).
+
+    lazy: the buffers are left uninitialised (no page of them is touched), for buffers that are only
+    ever read through `filled` and written by `fifo_push_filled`.
+    """
+    alloc = torch.empty if lazy else torch.zeros
+    state = {name: alloc(batch_size, capacity, *shape, device=device, dtype=dtype) for name, shape in shapes.items()}
     state["valid"] = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
     return state
 
@@ -60,6 +65,30 @@ def filled(buf: State) -> State:
     slot = torch.arange(capacity, device=valid.device)
     first = int(torch.where(valid.any(dim=0), slot, capacity).min())  # one host sync
     return buf if first == 0 else {name: t[:, first:] for name, t in buf.items()}
+
+
+def fifo_push_filled(state: State, new: dict[str, Tensor]) -> State:
+    """fifo_push for a buffer read only through `filled`: writes the filled slots and the new ones, nothing else.
+
+    While the buffer is not full the slots before the filled part are left as they are in a new
+    uninitialised buffer (never read), so a push costs the filled slots, not the capacity: a store
+    of 65,536 holding 900 keys copies 900 slots. A full buffer shifts as fifo_push does. Every slot
+    from the oldest valid one on holds what fifo_push would put there.
+    """
+    valid = state["valid"]  # [B, C]
+    capacity, n = valid.shape[1], next(iter(new.values())).shape[1]
+    window = filled(state)  # {name: [B, F, ...]}
+    kept = window["valid"].shape[1] + n  # F + n slots written
+    if kept >= capacity:
+        return fifo_push(state, new)[0]
+    out = {}
+    for name, t in new.items():
+        buf = torch.empty_like(state[name])  # [B, C, ...]; slots before C - F - n are never touched
+        buf[:, capacity - kept : capacity - n] = window[name]
+        buf[:, capacity - n :] = t.to(buf.dtype)
+        out[name] = buf
+    out["valid"] = torch.cat((valid[:, n:], torch.ones(valid.shape[0], n, dtype=torch.bool, device=valid.device)), dim=1)
+    return out
 
 
 def slot_positions(capacity: int, device: torch.device, spacing: int = 1, offset: int = 0) -> Tensor:

@@ -303,3 +303,27 @@ def test_nan_in_empty_store_slots_changes_nothing() -> None:
     dirty, dirty_grads = stream_grads(model, x, reset, plant)
     assert torch.equal(clean, dirty)
     assert all(torch.equal(a, b) for a, b in zip(clean_grads, dirty_grads))
+
+
+def test_push_filled_writes_what_fifo_push_writes_from_the_oldest_key_on() -> None:
+    """Pushes of 3 into 10 slots with row resets: same valid mask as fifo_push, same contents on every
+    slot a read can see (the filled part), whatever the untouched slots hold (NaN here)."""
+    from memzoo.fifo import fifo_init, fifo_push, fifo_push_filled, fifo_reset, filled
+
+    g = torch.Generator().manual_seed(11)
+    ref = fifo_init(B, 10, {"k": (H, D)}, torch.device("cpu"))
+    lazy = fifo_init(B, 10, {"k": (H, D)}, torch.device("cpu"), lazy=True)
+    lazy["k"].fill_(float("nan"))  # what an uninitialised buffer may hold
+    fills = []
+    for s, reset_row in enumerate([None, None, 0, None, None, 1, None]):
+        if reset_row is not None:
+            rows = torch.arange(B) == reset_row
+            ref, lazy = fifo_reset(ref, rows), fifo_reset(lazy, rows)
+        new = {"k": torch.randn(B, 3, H, D, generator=g)}
+        ref, lazy = fifo_push(ref, new)[0], fifo_push_filled(lazy, new)
+        assert torch.equal(ref["valid"], lazy["valid"])
+        seen_ref, seen_lazy = filled(ref), filled(lazy)
+        assert torch.equal(seen_ref["k"], seen_lazy["k"]), f"push {s}"
+        fills.append(seen_lazy["k"].shape[1])
+        lazy["k"][:, : 10 - fills[-1]] = float("nan")  # slots before the filled part may hold anything
+    assert fills == [3, 6, 9, 10, 10, 10, 10], "the stream reaches the full (shifting) case"

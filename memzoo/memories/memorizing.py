@@ -15,7 +15,10 @@ Order: the store is read (state_{s-1}) before the segment is written, so a segme
 retrieves its own keys. Empty slots (a fresh or reset row) are masked out of the search and the
 softmax, never retrieved as zero vectors. The search and the XL attention run only over the filled
 part of a buffer (from the oldest slot valid in any row: `fifo.filled`), so an empty capacity costs
-nothing: a store of 65,536 with 900 keys in it searches 900 slots, with the same neighbours.
+nothing: a store of 65,536 with 900 keys in it searches 900 slots, with the same neighbours. The
+store is written the same way (`fifo.fifo_push_filled`: the filled slots and the new ones are
+copied, the rest of a not-yet-full store is never touched and stays uninitialised), so a fresh
+store costs nothing to create and a push costs the keys held, not store_size.
 
 Choices where the paper is silent (also in registry/memorizing.yaml):
 * kNN layer: `knn_layer=None` means ceil(0.75 × n_layers) − 1, the first layer at or past three
@@ -50,7 +53,7 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv
+from memzoo.fifo import fifo_init, fifo_push_filled, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv
 from memzoo.memory import HeadGate, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -229,7 +232,7 @@ class MemorizingKNN(MemorizingXL):
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """XL cache plus an empty store: store_k (unit keys), store_v [B, store_size, H, D], store_valid."""
         shapes = {"k": (self.n_heads, self.d_head), "v": (self.n_heads, self.d_head)}
-        store = fifo_init(batch_size, self.cfg.store_size, shapes, device, torch.float32)
+        store = fifo_init(batch_size, self.cfg.store_size, shapes, device, torch.float32, lazy=True)  # O(1)
         return {**super().initial_state(batch_size, device), **prefixed("store_", store)}
 
     def gate_values(self) -> Tensor:
@@ -261,5 +264,5 @@ class MemorizingKNN(MemorizingXL):
                 "k": l2_normalise(rearrange(x.k, "b h n d -> b n h d").detach().float()),  # [B, N, H, D]
                 "v": rearrange(x.v, "b h n d -> b n h d").detach().float(),
             }
-            store, _ = fifo_push(store, new)  # write after read; keep the newest store_size slots
+            store = fifo_push_filled(store, new)  # write after read; keep the newest store_size slots
         return out, {**state, **prefixed("store_", store)}, zero_loss(x.q)
