@@ -102,15 +102,17 @@ def kv_slot_shapes(n_heads: int, d_head: int) -> dict[str, tuple[int, ...]]:
 
 
 def kv_prefix(cache: State) -> KVPrefix | None:
-    """A key/value FIFO (k, v [B, C, H, D], valid [B, C]) as the prefix of local attention:
-    slot i at position i - C before the segment, empty slots masked. None when C = 0."""
+    """A key/value FIFO (k, v [B, C, H, D], valid [B, C]) as the prefix of local attention: its filled
+    part only (`filled`: F slots), slot i at position i - F before the segment, empty slots masked.
+    None when F = 0."""
+    cache = filled(cache)  # attention costs the slots held, not the capacity
     capacity = cache["valid"].shape[1]
     if capacity == 0:
         return None
     return KVPrefix(
-        k=cache["k"].transpose(1, 2),  # [B, H, C, D]
+        k=cache["k"].transpose(1, 2),  # [B, H, F, D]
         v=cache["v"].transpose(1, 2),
-        pos=slot_positions(capacity, cache["valid"].device),  # [C]: -C .. -1
+        pos=slot_positions(capacity, cache["valid"].device),  # [F]: -F .. -1
         valid=cache["valid"],
     )
 

@@ -208,7 +208,7 @@ class MemorizingXL(LayerMemory):
     def local(self, x: SegmentInputs, state: State) -> tuple[Tensor, State]:
         """Causal attention over [XL cache; segment] with RoPE, then push the segment (SG) into the cache."""
         cache = substate(state, "cache_")
-        out = x.attend(x.q, x.k, x.v, prefix=kv_prefix(filled(cache)))  # [B, H, N, D]: filled slots only
+        out = x.attend(x.q, x.k, x.v, prefix=kv_prefix(cache))  # [B, H, N, D]: the filled slots only
         cache, _ = push_kv(cache, x.k, x.v)
         return out, {**state, **prefixed("cache_", cache)}
 
