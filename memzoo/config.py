@@ -13,6 +13,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from memzoo.precision import PRECISIONS
 from memzoo.resources import resource_dir
 
 
@@ -63,7 +64,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     grad_clip: float = 1.0
-    precision: str = "fp32"  # fp32 | bf16 (autocast; memory state stays float32)
+    precision: str = "fp32"  # fp32 | bf16 (autocast; memory state stays float32) | auto (bf16 on a bf16 CUDA device)
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch threads on CPU; 0 = torch's default
     checkpoint_every: int = 100
@@ -194,9 +195,9 @@ def resolve(cfg: DictConfig) -> DictConfig:
     for key in ("steps", "batch_size", "window_segments"):
         if cfg.train[key] < 1:
             raise ConfigError(f"train.{key}={cfg.train[key]}; expected a positive integer")
-    if cfg.train.precision not in ("fp32", "bf16"):
+    if cfg.train.precision not in PRECISIONS:
         raise ConfigError(
-            f"train.precision={cfg.train.precision!r}; expected fp32 or bf16 (fp16 would need loss scaling; use bf16)"
+            f"train.precision={cfg.train.precision!r}; expected fp32, bf16 or auto (fp16 would need loss scaling; use bf16)"
         )
     if cfg.model.attention_backend not in ("auto", "sdpa", "xformers"):
         raise ConfigError(f"model.attention_backend={cfg.model.attention_backend!r}; expected auto, sdpa or xformers")

@@ -14,9 +14,14 @@ from memzoo.memory import State
 
 
 def fifo_init(batch_size: int, capacity: int, shapes: dict[str, tuple[int, ...]], device: torch.device,
-              dtype: torch.dtype = torch.float32) -> State:
-    """Empty buffers {name: [B, C, *shape]} plus `valid` [B, C] (all False)."""
-    state = {name: torch.zeros(batch_size, capacity, *shape, device=device, dtype=dtype) for name, shape in shapes.items()}
+              dtype: torch.dtype = torch.float32, lazy: bool = False) -> State:
+    """Empty buffers {name: [B, C, *shape]} plus `valid` [B, C] (all False).
+
+    lazy: the buffers are left uninitialised (no page of them is touched), for buffers that are only
+    ever read through `filled` and written by `fifo_push_filled`.
+    """
+    alloc = torch.empty if lazy else torch.zeros
+    state = {name: alloc(batch_size, capacity, *shape, device=device, dtype=dtype) for name, shape in shapes.items()}
     state["valid"] = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
     return state
 
@@ -45,6 +50,47 @@ def fifo_push(state: State, new: dict[str, Tensor], new_valid: Tensor | None = N
     return kept, evicted
 
 
+def filled(buf: State) -> State:
+    """The buffer from its oldest slot valid in any row on: {name: [B, F, ...]}, F <= C.
+
+    Every valid slot is kept (rows with fewer are still masked by `valid`), so a read over the
+    result masks exactly what a read over the whole buffer masks, at a cost that follows the filled
+    slots, not the capacity. Slot i of the result is slot C - F + i of the buffer, so a FIFO
+    slot's position i - C (slot_positions) is the same computed on either.
+    """
+    valid = buf["valid"]  # [B, C]
+    capacity = valid.shape[1]
+    if capacity == 0:
+        return buf
+    slot = torch.arange(capacity, device=valid.device)
+    first = int(torch.where(valid.any(dim=0), slot, capacity).min())  # one host sync
+    return buf if first == 0 else {name: t[:, first:] for name, t in buf.items()}
+
+
+def fifo_push_filled(state: State, new: dict[str, Tensor]) -> State:
+    """fifo_push for a buffer read only through `filled`: writes the filled slots and the new ones, nothing else.
+
+    While the buffer is not full the slots before the filled part are left as they are in a new
+    uninitialised buffer (never read), so a push costs the filled slots, not the capacity: a store
+    of 65,536 holding 900 keys copies 900 slots. A full buffer shifts as fifo_push does. Every slot
+    from the oldest valid one on holds what fifo_push would put there.
+    """
+    valid = state["valid"]  # [B, C]
+    capacity, n = valid.shape[1], next(iter(new.values())).shape[1]
+    window = filled(state)  # {name: [B, F, ...]}
+    kept = window["valid"].shape[1] + n  # F + n slots written
+    if kept >= capacity:
+        return fifo_push(state, new)[0]
+    out = {}
+    for name, t in new.items():
+        buf = torch.empty_like(state[name])  # [B, C, ...]; slots before C - F - n are never touched
+        buf[:, capacity - kept : capacity - n] = window[name]
+        buf[:, capacity - n :] = t.to(buf.dtype)
+        out[name] = buf
+    out["valid"] = torch.cat((valid[:, n:], torch.ones(valid.shape[0], n, dtype=torch.bool, device=valid.device)), dim=1)
+    return out
+
+
 def slot_positions(capacity: int, device: torch.device, spacing: int = 1, offset: int = 0) -> Tensor:
     """Positions of C time-contiguous slots relative to the next segment's first token: [C]."""
     return (torch.arange(capacity, device=device) - capacity) * spacing - offset
@@ -56,15 +102,17 @@ def kv_slot_shapes(n_heads: int, d_head: int) -> dict[str, tuple[int, ...]]:
 
 
 def kv_prefix(cache: State) -> KVPrefix | None:
-    """A key/value FIFO (k, v [B, C, H, D], valid [B, C]) as the prefix of local attention:
-    slot i at position i - C before the segment, empty slots masked. None when C = 0."""
+    """A key/value FIFO (k, v [B, C, H, D], valid [B, C]) as the prefix of local attention: its filled
+    part only (`filled`: F slots), slot i at position i - F before the segment, empty slots masked.
+    None when F = 0."""
+    cache = filled(cache)  # attention costs the slots held, not the capacity
     capacity = cache["valid"].shape[1]
     if capacity == 0:
         return None
     return KVPrefix(
-        k=cache["k"].transpose(1, 2),  # [B, H, C, D]
+        k=cache["k"].transpose(1, 2),  # [B, H, F, D]
         v=cache["v"].transpose(1, 2),
-        pos=slot_positions(capacity, cache["valid"].device),  # [C]: -C .. -1
+        pos=slot_positions(capacity, cache["valid"].device),  # [F]: -F .. -1
         valid=cache["valid"],
     )
 

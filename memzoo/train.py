@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from memzoo.config import TrainConfig, load_config, memory_config, model_config, to_yaml
 from memzoo.data import Batch, WindowSampler, load_documents, split_documents
 from memzoo.model import MemoryModel, ModelState
+from memzoo.precision import resolve_precision
 from memzoo.tasks import TaskSampler
 
 LN2 = math.log(2.0)
@@ -38,7 +39,8 @@ def pick_device(name: str) -> torch.device:
 
 
 def autocast_context(precision: str, device: torch.device):
-    if precision == "fp32":
+    """No autocast for fp32, bf16 autocast for bf16; `auto` and the slow-CPU warning: memzoo.precision."""
+    if resolve_precision(precision, device) == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 

@@ -181,7 +181,8 @@ def test_reset_clears_both_memories_and_pending() -> None:
 
 
 def test_prefix_positions_memory_then_compressed_spaced_by_rate() -> None:
-    """m slot i at i - mem_len; cm slot j at the centre of its c states, further back by c per slot."""
+    """m slot i at i - mem_len; the pending state just before; cm slot j at the centre of its c states,
+    further back by c per slot."""
     mem = plugin(4, 3, 2)
     h = torch.randn(B, 11, H * D)  # 7 evicted: 3 groups and 1 pending state
     state = step(mem, h, mem.initial_state(B, torch.device("cpu")), torch.zeros(B, dtype=torch.bool))
@@ -189,7 +190,7 @@ def test_prefix_positions_memory_then_compressed_spaced_by_rate() -> None:
                     torch.zeros(B, 1, dtype=torch.bool), LocalAttention(10000.0), split_heads).segment(0)
     pos = mem._prefix(x, state).pos[0]
     # Document positions before the segment: states -11..-1; m = -4..-1, pending -5, groups (-11,-10), (-9,-8), (-7,-6).
-    assert torch.equal(pos, torch.tensor([-10.5, -8.5, -6.5, -4.0, -3.0, -2.0, -1.0]))
+    assert torch.equal(pos, torch.tensor([-10.5, -8.5, -6.5, -5.0, -4.0, -3.0, -2.0, -1.0]))
 
 
 def test_state_float32_under_autocast_and_footprint_counts_pending() -> None:
@@ -203,3 +204,56 @@ def test_state_float32_under_autocast_and_footprint_counts_pending() -> None:
     parts = CompressiveTransformer.footprint(model.memory_cfg, model.cfg, 24)
     assert state_numbers(out.state.all(), B) == parts["total"] == 32 * (8 + 4 + 2) * 2
     assert parts["table1"] == 32 * (8 + 4) * 2
+
+
+# ---- empty capacity costs nothing; pending states are attended ---------------------------------------
+def test_big_capacity_equals_capacity_sized_to_the_states_held_and_projects_only_them(monkeypatch) -> None:
+    """cmem_len 1,024 against 16 (the most slots 5 segments of 8 compress into at c 2), mem_len 8: the
+    same logits, loss and gradients; the prefix holds the filled slots only (row 1 restarts)."""
+    x = tokens(5, seed=3)
+    reset = torch.zeros(B, 5, dtype=torch.bool)
+    reset[1, 3] = True
+    sizes = []
+    real = CompressiveTransformer._prefix
+
+    def spy(self, x, state):
+        prefix = real(self, x, state)
+        sizes.append(prefix.k.shape[2])
+        return prefix
+
+    monkeypatch.setattr(CompressiveTransformer, "_prefix", spy)
+    results = []
+    for cmem_len in (1024, 16):
+        model = model_with(mem_len=8, cmem_len=cmem_len)
+        out = model(x, None, reset)
+        (out.logits.square().sum() + out.aux_loss).backward()
+        results.append((out.logits, out.aux_loss, [p.grad for p in model.parameters()]))
+    (logits_big, aux_big, grads_big), (logits_small, aux_small, grads_small) = results
+    assert sizes[:5] == [0, 8, 12, 16, 20], "per segment: m (8) + the compressed slots so far (4 per segment)"
+    assert sizes[5:10] == sizes[:5], "layer 2 sees the same"
+    assert torch.equal(logits_big, logits_small) and torch.equal(aux_big, aux_small)
+    assert all(torch.equal(a, b) for a, b in zip(grads_big, grads_small))
+
+
+def test_pending_states_are_attended() -> None:
+    """A valid pending state changes the next segment's output; an empty pending slot does not."""
+    mem = plugin(4, 3, 3)
+    g = torch.Generator().manual_seed(4)
+    state = step(mem, torch.randn(B, 9, H * D, generator=g), mem.initial_state(B, torch.device("cpu")),
+                 torch.zeros(B, dtype=torch.bool))  # 5 evicted: 1 group of 3, 2 pending
+    state = mem.reset_rows(state, torch.tensor([False, True]))  # row 1: nothing pending
+    assert state["pend_valid"].tolist() == [[True, True], [False, False]]
+
+    def output(st):
+        h = torch.randn(B, 2, H * D, generator=torch.Generator().manual_seed(5))
+        qkv = rearrange(h, "b n (h d) -> b h n d", h=H)[:, None]
+        x = LayerInputs(h[:, None], qkv, qkv, qkv, torch.zeros(B, 1, dtype=torch.bool), LocalAttention(10000.0),
+                        split_heads)
+        return mem(x, st)[0]
+
+    base = output(state)
+    moved = {k: t.clone() for k, t in state.items()}
+    moved["pend"] += 3.0  # both rows: row 0's states are real, row 1's slots are empty
+    changed = output(moved)
+    assert not torch.allclose(base[0], changed[0], atol=1e-3), "row 0's pending states were not attended"
+    assert torch.equal(base[1], changed[1]), "an empty pending slot was attended"

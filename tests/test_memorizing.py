@@ -245,3 +245,85 @@ def test_faiss_backend_equals_exact() -> None:
         assert torch.allclose(exact.read(q, store), faiss_mem.read(q, store), atol=1e-5)
         q5, k5, v5 = qkv(3, seed=9)
         assert torch.allclose(run(exact, q5, k5, v5)[0], run(faiss_mem, q5, k5, v5)[0], atol=1e-5)
+
+
+def stream_grads(model, x: torch.Tensor, reset: torch.Tensor, plant=None) -> tuple[torch.Tensor, list]:
+    """Logits of x [B, S, N] fed one segment at a time, and the gradients of their sum of squares.
+    plant(state, s) may rewrite the state before segment s."""
+    model.zero_grad(set_to_none=True)
+    state, parts = model.initial_state(x.shape[0]), []
+    for s in range(x.shape[1]):
+        if plant is not None:
+            state = plant(state, s)
+        out = model(x[:, s : s + 1], state, reset[:, s : s + 1])
+        state, parts = out.state, parts + [out.logits]
+    logits = torch.cat(parts, dim=1)
+    logits.square().sum().backward()
+    return logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+def test_big_store_with_few_keys_equals_a_store_of_that_size_and_searches_only_them(monkeypatch) -> None:
+    """Store 4,096 / XL cache 1,024 against both sized to the 32 keys pushed: identical logits and
+    gradients; the search sees only the filled slots (up to the fullest row; row 1 restarts)."""
+    x = torch.randint(0, 256, (B, 4, 8), generator=torch.Generator().manual_seed(9))
+    reset = torch.zeros(B, 4, dtype=torch.bool)
+    reset[1, 2] = True  # rows hold different numbers of keys from segment 2 on
+    import memzoo.memories.memorizing as memorizing
+
+    searched = []
+    real = memorizing.knn_exact
+    monkeypatch.setattr(memorizing, "knn_exact", lambda q, keys, *a: searched.append(keys.shape[1]) or real(q, keys, *a))
+    big = tiny_model("memorizing", options={"store_size": 4096, "mem_len": 1024, "top_k": 4}).train()
+    small = tiny_model("memorizing", options={"store_size": 32, "mem_len": 32, "top_k": 4}).train()
+    logits_big, grads_big = stream_grads(big, x, reset)
+    assert searched == [0, 8, 16, 24], "the search covers the filled slots, never the empty capacity"
+    logits_small, grads_small = stream_grads(small, x, reset)
+    assert torch.equal(logits_big, logits_small)
+    assert len(grads_big) == len(grads_small) and all(torch.equal(a, b) for a, b in zip(grads_big, grads_small))
+
+
+def test_nan_in_empty_store_slots_changes_nothing() -> None:
+    """NaN planted in every empty store slot (inside the searched part too, in the row that restarted,
+    which has fewer keys than top_k) reaches neither the logits nor the gradients."""
+    x = torch.randint(0, 256, (B, 4, 8), generator=torch.Generator().manual_seed(10))
+    reset = torch.zeros(B, 4, dtype=torch.bool)
+    reset[1, 3] = True
+
+    def plant(state, s: int):
+        for st in state.layers:
+            if "store_valid" in st:
+                st["store_valid"] = st["store_valid"] & ~reset[:, s, None]  # the reset segment s will do
+                empty = ~st["store_valid"][:, :, None, None]  # [B, C, 1, 1]
+                st["store_k"] = st["store_k"].masked_fill(empty, float("nan"))
+                st["store_v"] = st["store_v"].masked_fill(empty, float("nan"))
+        return state
+
+    model = tiny_model("memorizing", options={"store_size": 64, "mem_len": 8, "top_k": 4}).train()
+    clean, clean_grads = stream_grads(model, x, reset)
+    dirty, dirty_grads = stream_grads(model, x, reset, plant)
+    assert torch.equal(clean, dirty)
+    assert all(torch.equal(a, b) for a, b in zip(clean_grads, dirty_grads))
+
+
+def test_push_filled_writes_what_fifo_push_writes_from_the_oldest_key_on() -> None:
+    """Pushes of 3 into 10 slots with row resets: same valid mask as fifo_push, same contents on every
+    slot a read can see (the filled part), whatever the untouched slots hold (NaN here)."""
+    from memzoo.fifo import fifo_init, fifo_push, fifo_push_filled, fifo_reset, filled
+
+    g = torch.Generator().manual_seed(11)
+    ref = fifo_init(B, 10, {"k": (H, D)}, torch.device("cpu"))
+    lazy = fifo_init(B, 10, {"k": (H, D)}, torch.device("cpu"), lazy=True)
+    lazy["k"].fill_(float("nan"))  # what an uninitialised buffer may hold
+    fills = []
+    for s, reset_row in enumerate([None, None, 0, None, None, 1, None]):
+        if reset_row is not None:
+            rows = torch.arange(B) == reset_row
+            ref, lazy = fifo_reset(ref, rows), fifo_reset(lazy, rows)
+        new = {"k": torch.randn(B, 3, H, D, generator=g)}
+        ref, lazy = fifo_push(ref, new)[0], fifo_push_filled(lazy, new)
+        assert torch.equal(ref["valid"], lazy["valid"])
+        seen_ref, seen_lazy = filled(ref), filled(lazy)
+        assert torch.equal(seen_ref["k"], seen_lazy["k"]), f"push {s}"
+        fills.append(seen_lazy["k"].shape[1])
+        lazy["k"][:, : 10 - fills[-1]] = float("nan")  # slots before the filled part may hold anything
+    assert fills == [3, 6, 9, 10, 10, 10, 10], "the stream reaches the full (shifting) case"

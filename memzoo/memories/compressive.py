@@ -8,7 +8,7 @@ states h (d_model each), keys and values recomputed with the layer's current W_K
 
 For segment s with hidden states h_s (SG = stop-gradient, f_c = compression function of rate c):
 
-    A        = softmax(Q [K(cm); K(m); K(h_s)]ᵀ / sqrt(d) + causal mask) [V(cm); V(m); V(h_s)]
+    A        = softmax(Q [K(cm); K(p); K(m); K(h_s)]ᵀ / sqrt(d) + causal mask) [V(cm); V(p); V(m); V(h_s)]
     m, old   = last n_m of [m; SG(h_s)],  the states pushed out         (FIFO eviction)
     new_cm   = f_c(old)                   (c states -> 1 slot; conv kernel = stride = c)
     cm       = last n_cm of [cm; SG(new_cm)]
@@ -27,18 +27,24 @@ enabled and the compressor has parameters (conv); `reconstruction_loss=False` sw
 
 Eviction of fewer than c states (the paper is silent). Groups of c are formed from the oldest
 evicted state of the document on; evicted states that do not yet fill a group wait in a pending
-buffer of c − 1 slots (float32, counted in the footprint) and are compressed with the next ones.
+buffer p of c − 1 slots (float32, counted in the footprint) and are compressed with the next ones.
 So every evicted state is compressed exactly once, in time order, whatever the segment lengths
-(a final partial segment evicts fewer states). Before the FIFO is full nothing is evicted.
+(a final partial segment evicts fewer states). Before the FIFO is full nothing is evicted. Pending
+states are attended as they are, between cm and m: they are in the state anyway, and the context
+stays contiguous (no hole of up to c − 1 positions behind the FIFO). When states are evicted in
+multiples of c (segment length a multiple of c, as in the paper) the buffer is always empty.
 
 Positions (RoPE over the concatenation, relative to the segment's first token 0):
 * FIFO slot i of n_m sits at i − n_m (−n_m .. −1), as in Transformer-XL;
+* pending slot i of c − 1 (newest last) sits at −n_m − (c − 1 − i), just before the FIFO;
 * compressed slot j of n_cm (oldest first) stands for c consecutive states and sits at their
   centre: − (n_m + p) − (n_cm − 1 − j)·c − (c + 1)/2, where p is the row's pending count;
   compressed slots are therefore spaced by c, further back than the memory.
 
 Documents: both memories and the pending buffer are emptied at a document boundary, per row.
-Empty slots are masked through bool `valid` flags, never attended as zero vectors. State is
+Empty slots are masked through bool `valid` flags, never attended as zero vectors, and each
+buffer is cut to its filled slots before attention (fifo.filled), so the keys projected and
+attended follow the states held, not mem_len + cmem_len. State is
 float32 whatever the autocast dtype. Footprint: d_model × (n_cm + n_m + c − 1) × l numbers per
 row ("table1": the paper's d_model × (n_cm + n_m) × l, without the pending buffer).
 """
@@ -52,12 +58,12 @@ from torch import Tensor, nn
 
 from memzoo.attention import KVPrefix
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, fifo_reset, slot_positions
+from memzoo.fifo import fifo_init, fifo_push, fifo_reset, filled, slot_positions
 from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
 COMPRESSIONS = ("conv", "depthwise-conv", "mean", "max")
-PARTS = ("mem", "cmem", "pend")  # FIFO memory, compressed memory, pending (not yet compressed)
+PARTS = ("cmem", "pend", "mem")  # compressed memory, pending (evicted, not yet compressed), FIFO memory: oldest first
 
 
 @dataclass
@@ -155,18 +161,28 @@ class CompressiveTransformer(LayerMemory):
 
     # ---- read --------------------------------------------------------------------------------
     def _prefix(self, x: SegmentInputs, state: State) -> KVPrefix:
-        """Keys/values of [cm; m] with the current W_K, W_V, their positions and validity."""
+        """Keys/values of [cm; pending; m] with the current W_K, W_V, their positions and validity.
+
+        Each part is cut to its filled slots (fifo.filled), so empty capacity costs nothing; a slot
+        keeps the position of its place in the whole buffer.
+        """
         c, n_cm, n_m = self.rate, self.cfg.cmem_len, self.cfg.mem_len
+        parts = {part: filled(self._part(state, part)) for part in PARTS}  # {part: h [B, F, d], valid [B, F]}
+        first = {part: capacity - parts[part]["valid"].shape[1] for part, capacity in self._capacities().items()}
+        dev = state["pend_valid"].device
         pending = state["pend_valid"].sum(dim=1, keepdim=True)  # [B, 1]: p, states between cm and m
-        j = torch.arange(n_cm, device=pending.device)
-        cm_pos = -(n_m + pending) - (n_cm - 1 - j) * c - (c + 1) / 2  # [B, n_cm]: group centres
-        m_pos = slot_positions(n_m, pending.device).expand(pending.shape[0], -1)  # [B, n_m]: -n_m .. -1
-        k, v = x.project_kv(torch.cat((state["cmem"], state["mem"]), dim=1).to(x.h.dtype))  # [B, H, n_cm+n_m, D]
+        j = torch.arange(first["cmem"], n_cm, device=dev)  # compressed slots kept
+        cm_pos = -(n_m + pending) - (n_cm - 1 - j) * c - (c + 1) / 2  # [B, F_cm]: group centres
+        i = torch.arange(first["pend"], c - 1, device=dev)  # pending slots kept (newest last)
+        pend_pos = (-n_m - (c - 1 - i)).expand(pending.shape[0], -1)  # [B, F_p]: just before m
+        m_pos = slot_positions(n_m, dev)[first["mem"]:].expand(pending.shape[0], -1)  # [B, F_m]: -F_m .. -1
+        h = torch.cat([parts[part]["h"] for part in PARTS], dim=1)  # [B, F_cm + F_p + F_m, d]
+        k, v = x.project_kv(h.to(x.h.dtype))  # [B, H, F_cm + F_p + F_m, D]
         return KVPrefix(
             k=k,
             v=v,
-            pos=torch.cat((cm_pos, m_pos.to(cm_pos.dtype)), dim=1),  # [B, n_cm+n_m]
-            valid=torch.cat((state["cmem_valid"], state["mem_valid"]), dim=1),  # [B, n_cm+n_m]
+            pos=torch.cat((cm_pos, pend_pos.to(cm_pos.dtype), m_pos.to(cm_pos.dtype)), dim=1),
+            valid=torch.cat([parts[part]["valid"] for part in PARTS], dim=1),
         )
 
     # ---- write -------------------------------------------------------------------------------

@@ -13,7 +13,12 @@ non-differentiable store of past (key, value) pairs per head and batch row, FIFO
 
 Order: the store is read (state_{s-1}) before the segment is written, so a segment never
 retrieves its own keys. Empty slots (a fresh or reset row) are masked out of the search and the
-softmax, never retrieved as zero vectors.
+softmax, never retrieved as zero vectors. The search and the XL attention run only over the filled
+part of a buffer (from the oldest slot valid in any row: `fifo.filled`), so an empty capacity costs
+nothing: a store of 65,536 with 900 keys in it searches 900 slots, with the same neighbours. The
+store is written the same way (`fifo.fifo_push_filled`: the filled slots and the new ones are
+copied, the rest of a not-yet-full store is never touched and stays uninitialised), so a fresh
+store costs nothing to create and a push costs the keys held, not store_size.
 
 Choices where the paper is silent (also in registry/memorizing.yaml):
 * kNN layer: `knn_layer=None` means ceil(0.75 × n_layers) − 1, the first layer at or past three
@@ -48,7 +53,7 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, fifo_reset, kv_prefix, kv_slot_shapes, push_kv
+from memzoo.fifo import fifo_init, fifo_push_filled, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv
 from memzoo.memory import HeadGate, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -147,7 +152,9 @@ def attend_retrieved(q_hat: Tensor, keys: Tensor, values: Tensor, idx: Tensor, o
     b, h = q_hat.shape[:2]
     rows = torch.arange(b, device=idx.device).view(b, 1, 1, 1)
     heads = torch.arange(h, device=idx.device).view(1, h, 1, 1)
-    k_ret, v_ret = keys[rows, idx, heads], values[rows, idx, heads]  # [B, H, N, K, D]
+    empty = ~ok[..., None]  # [B, H, N, K, 1]: padding picks of a query with fewer than K valid slots
+    k_ret = keys[rows, idx, heads].masked_fill(empty, 0.0)  # [B, H, N, K, D]; whatever an empty slot
+    v_ret = values[rows, idx, heads].masked_fill(empty, 0.0)  # holds cannot reach outputs or gradients
     logits = einsum(q_hat, k_ret, "b h n d, b h n k d -> b h n k") * scale.view(1, h, 1, 1)
     logits = logits.masked_fill(~ok, float("-inf"))
     any_ok = ok.any(dim=-1, keepdim=True)  # [B, H, N, 1]
@@ -201,7 +208,7 @@ class MemorizingXL(LayerMemory):
     def local(self, x: SegmentInputs, state: State) -> tuple[Tensor, State]:
         """Causal attention over [XL cache; segment] with RoPE, then push the segment (SG) into the cache."""
         cache = substate(state, "cache_")
-        out = x.attend(x.q, x.k, x.v, prefix=kv_prefix(cache))  # [B, H, N, D]
+        out = x.attend(x.q, x.k, x.v, prefix=kv_prefix(cache))  # [B, H, N, D]: the filled slots only
         cache, _ = push_kv(cache, x.k, x.v)
         return out, {**state, **prefixed("cache_", cache)}
 
@@ -225,7 +232,7 @@ class MemorizingKNN(MemorizingXL):
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """XL cache plus an empty store: store_k (unit keys), store_v [B, store_size, H, D], store_valid."""
         shapes = {"k": (self.n_heads, self.d_head), "v": (self.n_heads, self.d_head)}
-        store = fifo_init(batch_size, self.cfg.store_size, shapes, device, torch.float32)
+        store = fifo_init(batch_size, self.cfg.store_size, shapes, device, torch.float32, lazy=True)  # O(1)
         return {**super().initial_state(batch_size, device), **prefixed("store_", store)}
 
     def gate_values(self) -> Tensor:
@@ -233,7 +240,7 @@ class MemorizingKNN(MemorizingXL):
         return self.gate.values()
 
     def search(self, q_hat: Tensor, store: State) -> tuple[Tensor, Tensor]:
-        """Top-k slot indices and their validity for each query: 2 x [B, H, N, k']."""
+        """Top-k slot indices (into `store`) and their validity for each query: 2 x [B, H, N, k']."""
         fn = knn_faiss if self.cfg.knn_backend == "faiss" else knn_exact
         return fn(q_hat, store["k"], store["valid"], self.cfg.top_k)
 
@@ -241,6 +248,7 @@ class MemorizingKNN(MemorizingXL):
         """A_mem from the store as it was before this segment: q [B, H, N, D] -> [B, H, N, D] (float32)."""
         with torch.autocast(device_type=q.device.type, enabled=False):
             q_hat = l2_normalise(q.float())  # no positional encoding on the memory path
+            store = filled(store)  # [B, F, H, D]: the search costs the filled slots, not store_size
             idx, ok = self.search(q_hat, store)
             return attend_retrieved(q_hat, store["k"], store["v"], idx, ok, self.log_scale.float().exp())
 
@@ -256,5 +264,5 @@ class MemorizingKNN(MemorizingXL):
                 "k": l2_normalise(rearrange(x.k, "b h n d -> b n h d").detach().float()),  # [B, N, H, D]
                 "v": rearrange(x.v, "b h n d -> b n h d").detach().float(),
             }
-            store, _ = fifo_push(store, new)  # write after read; keep the newest store_size slots
+            store = fifo_push_filled(store, new)  # write after read; keep the newest store_size slots
         return out, {**state, **prefixed("store_", store)}, zero_loss(x.q)
