@@ -16,6 +16,7 @@ import pandas as pd
 
 LEVEL = 0.95
 ALPHA = 0.05
+REFERENCE = "local"  # the floor every method is tested against
 INTERVAL = "95% interval: mean ± t over seeds (Student's t, n - 1 degrees of freedom)"
 TEST = "significance: Welch's two-sided t-test over seeds, α = 0.05, Holm-corrected per family"
 
@@ -83,39 +84,32 @@ def holm(p: Sequence[float], alpha: float = ALPHA) -> list[bool]:
     return out
 
 
-def compare_groups(df: pd.DataFrame, keys: list[str], value: str, *, higher_is_better: bool,
-                   reference: str = "local") -> pd.DataFrame:
-    """Per group of `keys`: n, mean and 95% t interval of `value`, and Welch tests against the group(s)
-    whose method is `reference` and against the best group (by mean).
+def compare_groups(df: pd.DataFrame, keys: list[str], value: str, *, higher_is_better: bool) -> pd.DataFrame:
+    """Per group of `keys` (which include "method"): n, mean and 95% t interval of `value`, and Welch
+    tests against `local` (all its groups pooled) and against the best group (by mean).
 
     Columns: keys…, n, mean, ci (half-width), lo, hi, diff_vs_local, p_vs_local, sig_vs_local,
     diff_vs_best, p_vs_best, sig_vs_best, is_best (diff = this mean - the other's; NaN on the reference's own rows)."""
+    if "method" not in keys:
+        raise ValueError(f"keys={keys}: expected them to include 'method' (the tests are against method local)")
     for col in [*keys, value]:
         if col not in df.columns:
             raise KeyError(f"column {col!r} not in the results table; it has {sorted(df.columns)}")
-    groups = list(df.groupby(keys, dropna=False, sort=False)[value])
+    groups = [(k if isinstance(k, tuple) else (k,), s) for k, s in df.groupby(keys, dropna=False, sort=False)[value]]
     rows = []
     for key, series in groups:
-        key = key if isinstance(key, tuple) else (key,)
         mean, lo, hi = mean_interval(series)
-        rows.append({**dict(zip(keys, key)), "n": int(series.notna().sum()), "mean": mean, "ci": (hi - mean), "lo": lo, "hi": hi})
+        rows.append({**dict(zip(keys, key)), "n": int(series.notna().sum()), "mean": mean, "ci": hi - mean, "lo": lo, "hi": hi})
     out = pd.DataFrame(rows)
     values = [s for _, s in groups]
-    ref = [i for i, (k, _) in enumerate(groups) if (k if isinstance(k, tuple) else (k,))[keys.index("method")] == reference] \
-        if "method" in keys else []
-    ref_values = pd.concat([values[i] for i in ref]) if ref else pd.Series(dtype=float)
+    is_local = [key[keys.index("method")] == REFERENCE for key, _ in groups]
     sign = 1.0 if higher_is_better else -1.0
-    best = int(np.nanargmax(sign * out["mean"].to_numpy())) if out["mean"].notna().any() else None
-    for name, other in (("local", ref_values if ref else None), ("best", values[best] if best is not None else None)):
-        diffs, ps = [], []
-        for i, s in enumerate(values):
-            own = (name == "local" and i in ref) or (name == "best" and i == best)
-            if other is None or own:
-                diffs.append(float("nan"))
-                ps.append(float("nan"))
-            else:
-                diffs.append(float(s.mean() - other.mean()))
-                ps.append(welch_p(s, other))
+    best = int(np.nanargmax(sign * out["mean"].to_numpy())) if out["mean"].notna().any() else -1
+    against = {"local": (pd.concat([v for v, r in zip(values, is_local) if r]) if any(is_local) else None, is_local),
+               "best": (values[best] if best >= 0 else None, [i == best for i in range(len(values))])}
+    for name, (other, own) in against.items():
+        diffs = [float("nan") if other is None or mine else float(s.mean() - other.mean()) for s, mine in zip(values, own)]
+        ps = [float("nan") if other is None or mine else welch_p(s, other) for s, mine in zip(values, own)]
         out[f"diff_vs_{name}"], out[f"p_vs_{name}"], out[f"sig_vs_{name}"] = diffs, ps, holm(ps)
-    out["is_best"] = [i == best for i in range(len(out))]
+    out["is_best"] = against["best"][1]
     return out

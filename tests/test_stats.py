@@ -147,3 +147,17 @@ def test_capacity_figure_and_report(tmp_path: Path) -> None:
     assert "| 4 | 1 | xl | 512 | 2,048 |" in text  # thresholds: pairs, gap, method, 0.5, 0.9
     assert "| 4 | 1 | xl | 2,048 | 64 | 64 | 0.01 | 3 | 0.950 ± 0.124 |" in text
     assert "## Summary" not in text and html.read_text().count("data:image/png;base64,") == 1
+
+
+def test_passkey_accuracy_interval_is_over_seeds() -> None:
+    import json
+
+    from memzoo.report import passkey_summary
+
+    def rows(depth0: float) -> str:  # depth 0 at `depth0`, depth 1 always right: the seed's mean is (depth0 + 1) / 2
+        return json.dumps([{"length": 4096, "depth": d, "accuracy": depth0 if d == 0 else 1.0, "tokens_per_s": 1000.0,
+                            "peak_rss_mb": 500.0, "status": "ok"} for d in (0, 1)])
+
+    df = pd.DataFrame([{"method": "xl", "seed": s, "passkey_json": rows(a)} for s, a in enumerate([0.0, 1.0, 0.5])])
+    row = passkey_summary(df).iloc[0]  # seed means 0.5, 1.0, 0.75: sd 0.25 over 3 seeds
+    assert row["accuracy"] == 0.75 and row["accuracy_ci"] == pytest.approx(4.302653 * 0.25 / math.sqrt(3), rel=1e-6)
