@@ -181,6 +181,16 @@ def capacity_display(df: pd.DataFrame) -> pd.DataFrame:
                    versus=True)
 
 
+def console_table(df: pd.DataFrame) -> pd.DataFrame:
+    """What `memzoo compare` prints when a suite ends: the capacity cells, or the bits-per-byte summary
+    (both with 95% intervals over seeds and the tests against local and the best)."""
+    if is_capacity_table(df):
+        cols = ["pairs", "gap_segments", "method", "state", "runs", "accuracy", "vs local", "vs best", "reset", "chance"]
+        return capacity_display(df)[cols]
+    return summary_display(df)[["method", "runs", "params", "footprint", "valid_bpb", "vs local", "vs best",
+                                "tokens_per_s", "peak_rss_mb"]]
+
+
 def write_report(results_dir: str | Path) -> tuple[Path, Path]:
     """report.md and report.html in `results_dir` (which holds results.parquet or run folders)."""
     root = Path(results_dir)
