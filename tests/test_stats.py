@@ -86,7 +86,7 @@ def test_report_tables_format_per_column() -> None:
     assert shown.loc["better", "vs local"].startswith("-0.") and shown.loc["better", "vs local"].endswith(" *")
     from memzoo.report import console_table  # what `memzoo compare` prints at the end
 
-    xl = console_table(capacity_rows()).set_index(["gap_segments", "method", "state"]).loc[(1, "xl", "2,048")]
+    xl = console_table(capacity_rows()).set_index(["gap_segments", "method", "state"]).loc[("1", "xl", "2,048")]
     assert xl["accuracy"] == "0.950 ± 0.124" and xl["vs best"] == "-0.050 (p 0.23)"  # 0.95 against 1.0: not significant
 
 
