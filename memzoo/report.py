@@ -8,8 +8,10 @@ import base64
 import html
 import json
 import math
+import numbers
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from memzoo.analysis import (bpb_by_segment, capacity_curves, capacity_table, capacity_thresholds, cost_per_method,
@@ -37,11 +39,11 @@ _INTEGER_PREFIXES = ("rss_mb_", "tokens_per_s_", "grid_", "state_at_")
 
 def format_value(column: str, value) -> str:
     """One cell as the report prints it (see _INTEGER for which columns are whole numbers)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or (isinstance(value, numbers.Real) and math.isnan(value)):
         return ""
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
-    if not isinstance(value, (int, float)):
+    if not isinstance(value, numbers.Real):
         return str(value)
     if column in _INTEGER or column.startswith(_INTEGER_PREFIXES):
         return f"{round(value):,}"

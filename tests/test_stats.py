@@ -84,7 +84,10 @@ def test_report_tables_format_per_column() -> None:
     assert shown.loc["better", "valid_bpb"].count(" ± ") == 1 and len(shown.loc["better", "valid_bpb"].split(" ± ")[0]) == 5
     assert shown.loc["local", "vs local"] == "ref" and shown.loc["better", "vs best"] == "ref"
     assert shown.loc["better", "vs local"].startswith("-0.") and shown.loc["better", "vs local"].endswith(" *")
-    from memzoo.report import console_table  # what `memzoo compare` prints at the end
+    from memzoo.report import console_table, format_value  # what `memzoo compare` prints at the end
+
+    assert format_value("params", np.int64(821504)) == "821,504" and format_value("lr", 3e-4) == "0.0003"
+    assert format_value("valid_bpb", np.float32(3.8374)) == "3.837" and format_value("p_vs_local", np.nan) == ""
 
     xl = console_table(capacity_rows()).set_index(["gap_segments", "method", "state"]).loc[("1", "xl", "2,048")]
     assert xl["accuracy"] == "0.950 ± 0.124" and xl["vs best"] == "-0.050 (p 0.23)"  # 0.95 against 1.0: not significant
