@@ -1,9 +1,14 @@
-"""Figure recipes over a results table (pandas + seaborn). Import as `memzoo.analysis`:
+"""Figure and table recipes over a results table (pandas + seaborn). Import as `memzoo.analysis`:
 
     from memzoo.analysis import load_results, footprint_vs_bpb, bpb_by_segment
     df = load_results("runs")            # every run folder's result.json under runs/
     footprint_vs_bpb(df).figure.savefig("footprint.png")
+
+Every interval is the 95% t interval of the mean over seeds; every "differs" is Welch's t-test
+(memzoo.analysis.stats states both).
 """
+from memzoo.analysis.capacity import (best_lr, capacity_curves, capacity_table, capacity_thresholds,
+                                      is_capacity_table, pareto_front)
 from memzoo.analysis.recipes import (
     bpb_by_segment,
     cost_vs_length,
@@ -18,7 +23,9 @@ from memzoo.analysis.recipes import (
     passkey_heatmaps,
     summary_table,
 )
+from memzoo.analysis.stats import compare_groups, mean_interval, welch_p
 
 __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb", "bpb_by_segment",
            "cost_per_method", "gate_table", "gate_heatmaps", "longrange_table", "passkey_heatmaps", "cost_vs_length",
-           "length_cost_table"]
+           "length_cost_table", "capacity_table", "capacity_thresholds", "capacity_curves", "best_lr", "pareto_front",
+           "is_capacity_table", "compare_groups", "mean_interval", "welch_p"]

@@ -5,7 +5,10 @@ import json
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import pandas as pd
+
+from memzoo.analysis.stats import compare_groups, t_errorbar
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -30,24 +33,25 @@ def long_by_segment(df: pd.DataFrame, column: str = "bpb_by_segment") -> pd.Data
 
 def footprint_vs_bpb(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
     """Footprint (numbers per sequence, log axis) against bits per byte: one point per method, or a
-    curve when a grid varies its memory size; error bars are the spread over seeds. Methods with no
-    state are drawn at 1 so the log axis shows them."""
+    curve when a grid varies its memory size; error bars are the 95% t interval over seeds (none with
+    one seed). Methods with no state are drawn at 1 so the log axis shows them."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     data = df.assign(footprint=df["footprint_measured"].clip(lower=1))
     sns.lineplot(data=data, x="footprint", y=bpb, hue="method", style="method", markers=True, dashes=False,
-                 err_style="bars", errorbar="sd", markersize=8, ax=ax)
+                 err_style="bars", errorbar=t_errorbar, markersize=8, ax=ax)
     ax.set_xscale("log")
     ax.set_xlabel("state per sequence (numbers, log)")
-    ax.set_ylabel(f"{bpb.replace('_', ' ')} (bits per byte)")
+    ax.set_ylabel(f"{bpb.replace('_', ' ')} (bits per byte; mean, 95% t interval over seeds)")
     ax.legend(fontsize=8, ncol=2)
     return ax
 
 
 def bpb_by_segment(df: pd.DataFrame, ax=None, max_segment: Optional[int] = None):
-    """Bits per byte by segment index within the document, one line per method: does memory help later segments?"""
+    """Bits per byte by segment index within the document, one line per method with a band of the 95%
+    t interval over seeds: does memory help later segments?"""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -55,39 +59,42 @@ def bpb_by_segment(df: pd.DataFrame, ax=None, max_segment: Optional[int] = None)
     data = long_by_segment(df)
     if max_segment is not None:
         data = data[data["segment"] <= max_segment]
-    sns.lineplot(data=data, x="segment", y="bpb", hue="method", errorbar="sd", marker="o", ax=ax)
+    sns.lineplot(data=data, x="segment", y="bpb", hue="method", errorbar=t_errorbar, marker="o", ax=ax)
     ax.set_xlabel("segment index within document")
-    ax.set_ylabel("bits per byte")
+    ax.set_ylabel("bits per byte (mean, 95% t interval)")
     return ax
 
 
+_COST_COLUMNS = ("params", "footprint_measured", "tokens_per_s", "train_tokens_per_s", "peak_rss_mb")
+
+
 def summary_table(df: pd.DataFrame, bpb: str = "valid_bpb") -> pd.DataFrame:
-    """One row per method (and grid point): parameters, footprint, bits per byte mean ± sd over
-    seeds, throughput and peak memory, best first."""
+    """One row per method (and grid point), best first: parameters, footprint, bits per byte as the
+    mean over seeds with its 95% t interval (`bpb_ci` = half-width, `bpb_lo`/`bpb_hi`), Welch tests
+    against `local` and against the best (`diff_vs_*`, `p_vs_*`, `sig_vs_*`; see memzoo.analysis.stats),
+    throughput and peak memory. Columns the table lacks come out NaN."""
     keys = ["method"] + [c for c in df.columns if c.startswith("grid_")]
-    agg = df.groupby(keys, dropna=False).agg(
-        runs=("seed", "count"),
-        params=("params", "mean"),
-        footprint=("footprint_measured", "mean"),
-        bpb_mean=(bpb, "mean"),
-        bpb_sd=(bpb, "std"),
-        tokens_per_s=("tokens_per_s", "mean"),
-        train_tokens_per_s=("train_tokens_per_s", "mean"),
-        peak_rss_mb=("peak_rss_mb", "mean"),
-    )
-    return agg.reset_index().sort_values("bpb_mean").reset_index(drop=True)
+    data = df.assign(**{c: np.nan for c in [bpb, *_COST_COLUMNS] if c not in df.columns})
+    stats = compare_groups(data, keys, bpb, higher_is_better=False).rename(
+        columns={"n": "runs", "mean": "bpb_mean", "ci": "bpb_ci", "lo": "bpb_lo", "hi": "bpb_hi"})
+    stats["runs"] = data.groupby(keys, dropna=False, sort=False)["seed"].count().to_numpy()
+    cost = data.groupby(keys, dropna=False, sort=False)[list(_COST_COLUMNS)].mean().reset_index(drop=True)
+    cost = cost.rename(columns={"footprint_measured": "footprint"})
+    out = pd.concat([stats[keys + ["runs"]], cost[["params", "footprint"]],
+                     stats.drop(columns=keys + ["runs"]), cost.drop(columns=["params", "footprint"])], axis=1)
+    return out.sort_values("bpb_mean").reset_index(drop=True)
 
 
 def cost_per_method(df: pd.DataFrame, axes=None):
-    """Evaluation tokens per second and peak resident memory per method (two bar charts)."""
+    """Evaluation tokens per second and peak resident memory per method (two bar charts, 95% t interval over seeds)."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(10, 4))
     order = sorted(df["method"].unique())
-    sns.barplot(data=df, x="method", y="tokens_per_s", order=order, errorbar="sd", ax=axes[0])
-    sns.barplot(data=df, x="method", y="peak_rss_mb", order=order, errorbar="sd", ax=axes[1])
+    sns.barplot(data=df, x="method", y="tokens_per_s", order=order, errorbar=t_errorbar, ax=axes[0])
+    sns.barplot(data=df, x="method", y="peak_rss_mb", order=order, errorbar=t_errorbar, ax=axes[1])
     axes[0].set_ylabel("eval tokens per second")
     axes[1].set_ylabel("peak resident memory (MB)")
     for ax in axes:

@@ -89,8 +89,8 @@ def cmd_footprint(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from memzoo.analysis import summary_table
     from memzoo.compare import load_suite, run_suite, suite_dir
+    from memzoo.report import console_table
 
     suite_name, overrides = args.suite, list(args.overrides)
     if suite_name and "=" in suite_name:  # `memzoo compare key=value` runs the default suite
@@ -98,9 +98,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     suite = load_suite(suite_name or "quick", overrides)
     df = run_suite(suite, jobs=args.jobs)
     root = suite_dir(suite)
-    table = summary_table(df)[["method", "params", "footprint", "bpb_mean", "tokens_per_s", "peak_rss_mb"]]
-    table = table.astype({"params": int, "footprint": int}).rename(columns={"bpb_mean": "valid_bpb"})
-    print(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
+    print(console_table(df).to_string(index=False))
     print(f"results: {root / 'results.parquet'}")
     if not args.no_report:
         from memzoo.report import write_report

@@ -1,19 +1,26 @@
 """`memzoo report RESULTS_DIR`: tables and figures from a suite's results.parquet, as a
 self-contained report.html (figures embedded) and report.md (figures beside it as PNG files).
-The figures come from the recipes in memzoo.analysis, which a notebook can call directly."""
+The figures and tables come from the recipes in memzoo.analysis, which a notebook can call directly.
+A results table with `recall_accuracy` (the `capacity` suite) gets the capacity figure and tables."""
 from __future__ import annotations
 
 import base64
 import html
 import json
+import math
+import numbers
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from memzoo.analysis import (bpb_by_segment, cost_per_method, cost_vs_length, footprint_vs_bpb, gate_heatmaps,
-                             length_cost_table, load_results, longrange_table, passkey_heatmaps, summary_table)
+from memzoo.analysis import (bpb_by_segment, capacity_curves, capacity_table, capacity_thresholds, cost_per_method,
+                             cost_vs_length, footprint_vs_bpb, gate_heatmaps, is_capacity_table, length_cost_table,
+                             load_results, longrange_table, passkey_heatmaps, summary_table)
+from memzoo.analysis.stats import INTERVAL, TEST, t_halfwidth
 
 FIGURES = {
+    "capacity": "Cross-segment recall accuracy against state numbers (log), per gap and number of pairs",
     "footprint": "Footprint (state numbers per sequence, log) against valid bits per byte",
     "segments": "Bits per byte by segment index within the document",
     "cost": "Evaluation throughput and peak resident memory per method",
@@ -22,31 +29,93 @@ FIGURES = {
     "length_cost": "Peak resident memory and streaming throughput against prompt length (passkey streams)",
 }
 
+# How each column is printed: counts, sizes, bytes and rates as integers with thousands separators;
+# learning rates compactly; p-values to two significant digits; everything else (bpb, accuracy) to 3 decimals.
+_INTEGER = {"params", "footprint", "footprint_measured", "footprint_analytic", "state", "runs", "n", "seed",
+            "peak_rss_mb", "tokens_per_s", "train_tokens_per_s", "length", "pairs", "gap_segments", "d_model",
+            "recall_queries", "rows_in_batch"}
+_INTEGER_PREFIXES = ("rss_mb_", "tokens_per_s_", "grid_", "state_at_")
 
-def _table_md(df: pd.DataFrame) -> str:
-    cols = list(df.columns)
+
+def format_value(column: str, value) -> str:
+    """One cell as the report prints it (see _INTEGER for which columns are whole numbers)."""
+    if value is None or (isinstance(value, numbers.Real) and math.isnan(value)):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if not isinstance(value, numbers.Real):
+        return str(value)
+    if column in _INTEGER or column.startswith(_INTEGER_PREFIXES):
+        return f"{round(value):,}"
+    if column == "lr":
+        return f"{value:g}"
+    if column.startswith("p_"):
+        return f"{value:.2g}"
+    return f"{value:,.3f}"
+
+
+def _with_interval(mean: float, half: float) -> str:
+    if mean != mean:
+        return ""
+    return f"{mean:.3f}" if half != half else f"{mean:.3f} ± {half:.3f}"
+
+
+def _versus(diff: float, p: float, sig: bool, own: bool) -> str:
+    """A difference, its Welch p-value, and * when significant after Holm; "ref" for the reference itself."""
+    if own:
+        return "ref"
+    if diff != diff:
+        return ""
+    return f"{diff:+.3f}" if p != p else f"{diff:+.3f} (p {p:.2g}){' *' if sig else ''}"
+
+
+def display(df: pd.DataFrame, intervals: dict[str, tuple[str, str]] | None = None,
+            versus: bool = False) -> pd.DataFrame:
+    """A table as strings: each `intervals` entry (shown name: (mean column, half-width column)) becomes
+    one "mean ± half" column; with `versus`, the diff/p/sig columns against local and the best become
+    "vs local" and "vs best"; every other column is formatted by `format_value`."""
+    intervals = intervals or {}
+    used = {c for pair in intervals.values() for c in pair}
+    stat_cols = {f"{k}_vs_{r}" for k in ("diff", "p", "sig") for r in ("local", "best")} | {"is_best"}
+    out = {}
+    for col in df.columns:
+        if col in stat_cols:
+            continue
+        hit = [name for name, (m, _) in intervals.items() if m == col]
+        if hit:
+            m, h = intervals[hit[0]]
+            out[hit[0]] = [_with_interval(a, b) for a, b in zip(df[m], df[h])]
+        elif col not in used:
+            out[col] = [format_value(col, v) for v in df[col]]
+    if versus:  # placed right after the (first) interval column they test
+        anchor = next(iter(intervals), None)
+        cols = list(out)
+        at = cols.index(anchor) + 1 if anchor in out else len(cols)
+        tests = {}
+        for ref in ("local", "best"):
+            own = df["method"].eq("local") if ref == "local" else df["is_best"]
+            tests[f"vs {ref}"] = [_versus(d, p, bool(s), bool(o)) for d, p, s, o in
+                                  zip(df[f"diff_vs_{ref}"], df[f"p_vs_{ref}"], df[f"sig_vs_{ref}"], own)]
+        out = {**{c: out[c] for c in cols[:at]}, **tests, **{c: out[c] for c in cols[at:]}}
+    return pd.DataFrame(out)
+
+
+def _table_md(shown: pd.DataFrame) -> str:
+    cols = list(shown.columns)
     lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
-    for _, row in df.iterrows():
-        lines.append("| " + " | ".join(_fmt(row[c]) for c in cols) + " |")
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in shown.itertuples(index=False)]
     return "\n".join(lines)
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        if value != value:  # NaN
-            return ""
-        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3f}"
-    if isinstance(value, (int,)) and not isinstance(value, bool):
-        return f"{value:,}"
-    return str(value)
 
 
 def _save(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+def _has(df: pd.DataFrame, *columns: str) -> bool:
+    return all(c in df.columns and df[c].notna().any() for c in columns)
 
 
 def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
@@ -55,12 +124,17 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
 
     matplotlib.use("Agg")
     paths: dict[str, Path] = {}
-    ax = footprint_vs_bpb(df)
-    _save(ax.figure, paths.setdefault("footprint", out / "footprint_vs_bpb.png"))
-    ax = bpb_by_segment(df)
-    _save(ax.figure, paths.setdefault("segments", out / "bpb_by_segment.png"))
-    axes = cost_per_method(df)
-    _save(axes[0].figure, paths.setdefault("cost", out / "cost.png"))
+    if is_capacity_table(df):
+        _save(capacity_curves(df), paths.setdefault("capacity", out / "capacity.png"))
+    if _has(df, "valid_bpb", "footprint_measured"):
+        ax = footprint_vs_bpb(df)
+        _save(ax.figure, paths.setdefault("footprint", out / "footprint_vs_bpb.png"))
+    if _has(df, "bpb_by_segment"):
+        ax = bpb_by_segment(df)
+        _save(ax.figure, paths.setdefault("segments", out / "bpb_by_segment.png"))
+    if _has(df, "tokens_per_s", "peak_rss_mb"):
+        axes = cost_per_method(df)
+        _save(axes[0].figure, paths.setdefault("cost", out / "cost.png"))
     fig = gate_heatmaps(df)
     if fig is not None:
         _save(fig, paths.setdefault("gates", out / "gates.png"))
@@ -82,15 +156,41 @@ def streaming_cost(df: pd.DataFrame, lengths: list[int]) -> pd.DataFrame:
 
 
 def passkey_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per method and length: mean passkey accuracy over depths, throughput, peak memory, status."""
+    """Per method and length: passkey accuracy averaged over depths (mean over seeds, `accuracy_ci` the
+    95% t half-width over seeds), throughput, peak memory, and whether every row was within budget."""
     table = longrange_table(df, "passkey")
     if table.empty:
         return table
     table = table.assign(ok=table["status"] == "ok")
-    out = table.groupby(["method", "length"], as_index=False).agg(
+    per_seed = table.groupby(["method", "length", "seed"], as_index=False).agg(
         accuracy=("accuracy", "mean"), tokens_per_s=("tokens_per_s", "mean"), peak_rss_mb=("peak_rss_mb", "mean"),
         within_budget=("ok", "all"))
+    out = per_seed.groupby(["method", "length"], as_index=False).agg(
+        accuracy=("accuracy", "mean"), accuracy_ci=("accuracy", t_halfwidth), tokens_per_s=("tokens_per_s", "mean"),
+        peak_rss_mb=("peak_rss_mb", "mean"), within_budget=("within_budget", "all"))
     return out.astype({"length": int})
+
+
+def summary_display(df: pd.DataFrame) -> pd.DataFrame:
+    """The language-model summary as printed: valid bpb as mean ± 95% t interval, tests against local and the best."""
+    table = summary_table(df).drop(columns=["bpb_lo", "bpb_hi"])
+    return display(table, {"valid_bpb": ("bpb_mean", "bpb_ci")}, versus=True)
+
+
+def capacity_display(df: pd.DataFrame) -> pd.DataFrame:
+    """The capacity cells as printed: accuracy and the reset ablation as mean ± 95% t interval."""
+    return display(capacity_table(df), {"accuracy": ("accuracy", "accuracy_ci"), "reset": ("reset", "reset_ci")},
+                   versus=True)
+
+
+def console_table(df: pd.DataFrame) -> pd.DataFrame:
+    """What `memzoo compare` prints when a suite ends: the capacity cells, or the bits-per-byte summary
+    (both with 95% intervals over seeds and the tests against local and the best)."""
+    if is_capacity_table(df):
+        cols = ["pairs", "gap_segments", "method", "state", "runs", "accuracy", "vs local", "vs best", "reset", "chance"]
+        return capacity_display(df)[cols]
+    return summary_display(df)[["method", "runs", "params", "footprint", "valid_bpb", "vs local", "vs best",
+                                "tokens_per_s", "peak_rss_mb"]]
 
 
 def write_report(results_dir: str | Path) -> tuple[Path, Path]:
@@ -98,43 +198,53 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
     root = Path(results_dir)
     table_path = root / "results.parquet"
     df = load_results(table_path if table_path.is_file() else root)
-    summary = summary_table(df)
-    shown = summary.rename(columns={"bpb_mean": "valid_bpb", "bpb_sd": "sd"})
     figures = draw_figures(df, root)
     params = json.loads((root / "params.json").read_text()) if (root / "params.json").is_file() else None
     title = f"memzoo report: {root.name}"
     notes = [
         f"{len(df)} runs, {df['method'].nunique()} methods, seeds {sorted(df['seed'].unique().tolist())}.",
-        "footprint: floating-point numbers the memory state holds per sequence, measured on a real state "
-        "after the evaluation length (the plugin's analytic count agrees; see footprint_analytic).",
-        "valid_bpb: bits per byte on the validation documents, streamed from their first byte segment by segment.",
+        f"{INTERVAL}; none with one seed.",
+        f"{TEST}: \"vs local\" against `local`'s runs, \"vs best\" against the best row "
+        "(difference of means, p-value, * = significant; empty with one seed).",
+        "footprint / state: floating-point numbers the memory state holds per sequence, measured on a real state "
+        "(the plugin's analytic count agrees; see footprint_analytic).",
     ]
+    sections: list[tuple[str, pd.DataFrame]] = []
+    if is_capacity_table(df):
+        notes.append("capacity: accuracy on cross-segment queries only, at each cell's best learning rate (best mean "
+                     "over seeds); reset: the same model with its memory reset before the query segment; chance: "
+                     "uniform over the stored values, on the same examples.")
+        thresholds = capacity_thresholds(df)
+        sections += [("Capacity: smallest measured state reaching 0.5 and 0.9 mean accuracy",
+                      display(thresholds)),
+                     ("Capacity: accuracy by method and state (best lr per cell)", capacity_display(df))]
+    if _has(df, "valid_bpb"):
+        notes.append("valid_bpb: bits per byte on the validation documents, streamed from their first byte segment by segment.")
+        sections.insert(0, ("Summary", summary_display(df)))
     if params:
         notes.append(f"Parameter counts span {min(params['counts'].values()):,} to {max(params['counts'].values()):,} "
                      f"(spread {params['spread']:.1%}).")
-
     passkey = passkey_summary(df)
-    md = [f"# {title}", "", *[f"- {n}" for n in notes], "", "## Summary", "", _table_md(shown), ""]
-    cost_title = "Streaming cost against length (peak resident MB, tokens/s; ratios between streams of equal batch)"
     if not passkey.empty:
-        targets = streaming_cost(df, sorted(passkey["length"].unique().tolist()))
-        md += ["## Passkey retrieval (accuracy averaged over depths)", "", _table_md(passkey), ""]
-        md += [f"## {cost_title}", "", _table_md(targets), ""]
+        sections += [("Passkey retrieval (accuracy averaged over depths)",
+                      display(passkey, {"accuracy": ("accuracy", "accuracy_ci")})),
+                     ("Streaming cost against length (peak resident MB, tokens/s; ratios between streams of equal batch)",
+                      display(streaming_cost(df, sorted(passkey["length"].unique().tolist()))))]
+
+    md = [f"# {title}", "", *[f"- {n}" for n in notes], ""]
+    for heading, shown in sections:
+        md += [f"## {heading}", "", _table_md(shown), ""]
     for key, path in figures.items():
         md += [f"## {FIGURES[key]}", "", f"![{key}]({path.name})", ""]
     md_path = root / "report.md"
     md_path.write_text("\n".join(md))
 
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}"
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1><ul>", *[f"<li>{html.escape(n)}</li>" for n in notes], "</ul>",
-             "<h2>Summary</h2>", shown.to_html(index=False, float_format=lambda v: _fmt(float(v)), na_rep="")]
-    if not passkey.empty:
-        parts += ["<h2>Passkey retrieval (accuracy averaged over depths)</h2>",
-                  passkey.to_html(index=False, float_format=lambda v: _fmt(float(v)), na_rep=""),
-                  f"<h2>{html.escape(cost_title)}</h2>",
-                  targets.to_html(index=False, float_format=lambda v: _fmt(float(v)), na_rep="")]
+             f"<h1>{html.escape(title)}</h1><ul>", *[f"<li>{html.escape(n)}</li>" for n in notes], "</ul>"]
+    for heading, shown in sections:
+        parts += [f"<h2>{html.escape(heading)}</h2>", shown.to_html(index=False)]
     for key, path in figures.items():
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts += [f"<h2>{html.escape(FIGURES[key])}</h2>", f"<img alt='{key}' src='data:image/png;base64,{data}'>"]
