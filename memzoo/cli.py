@@ -35,9 +35,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from memzoo.config import load_config
-    from memzoo.train import train
-
     from memzoo.distributed import env_info
+    from memzoo.train import train
 
     cfg = load_config(args.config, args.overrides)
     run_dir = train(cfg, resume=not args.restart)
@@ -103,7 +102,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.collect:
         df = collect_suite(suite)
     else:
-        df = run_suite(suite, jobs=args.jobs, launcher=args.launcher, wait=not args.no_wait)
+        launcher = None if args.launcher == "local" else args.launcher  # None: local worker processes
+        df = run_suite(suite, jobs=args.jobs, launcher=launcher, wait=not args.no_wait)
     root = suite_dir(suite)
     if df.empty:
         print(f"no finished run yet in {root}; jobs.json lists the submitted jobs")

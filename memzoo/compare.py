@@ -327,10 +327,10 @@ def collect_suite(suite: DictConfig) -> pd.DataFrame:
     return write_table(root, expand(suite))
 
 
-def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = True, launcher: str = "local",
+def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = True, launcher: Optional[str] = None,
               wait: bool = True) -> pd.DataFrame:
-    """Run every unfinished run of the suite; returns the results table. `launcher`: local worker
-    processes, or one submitit job per run (`slurm`, `submitit-local`; memzoo.launchers)."""
+    """Run every unfinished run of the suite; returns the results table. `launcher`: None for local
+    worker processes, or one submitit job per run (`slurm`, `submitit-local`; memzoo.launchers)."""
     root = suite_dir(suite)
     root.mkdir(parents=True, exist_ok=True)
     specs = expand(suite)
@@ -345,7 +345,7 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
     longrange = [dataclasses.asdict(c) for c in longrange_configs(suite)]
     todo = [s for s in specs if not is_finished(s, _stages_signature(longrange))]
     jobs = jobs or suite.jobs
-    if launcher != "local":  # one job per run on a cluster (or submitit's local executor), the same worker
+    if launcher is not None:  # one job per run on a cluster (or submitit's local executor), the same worker
         from memzoo.launchers import launcher_config, run_jobs
 
         threads = suite.threads_per_job or launcher_config(suite.launcher).cpus_per_task

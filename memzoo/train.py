@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from memzoo.config import TrainConfig, load_config, memory_config, model_config, to_yaml
 from memzoo import distributed as dist
+from memzoo.config import TrainConfig, load_config, memory_config, model_config, to_yaml
 from memzoo.data import Batch, WindowSampler, load_documents, split_documents
 from memzoo.model import MemoryModel, ModelState
 from memzoo.tasks import TaskSampler
