@@ -81,36 +81,45 @@ def backends_agree(cfg: Any, batch: Any) -> Optional[float]:
     return float((logits["xformers"] - logits["sdpa"]).abs().max() / logits["sdpa"].abs().max())
 
 
-def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float) -> dict[str, Any]:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
+                 device: torch.device = torch.device("cuda")) -> dict[str, Any]:
+    """Time `steps` bf16 training steps (after one untimed) of one method; its row of gpu.csv.
+    (`device` cpu: a dry run of the same code, for checking it without a GPU.)"""
     from memzoo.data import WindowSampler
     from memzoo.train import LN2, build_model, train_window
 
-    device = torch.device("cuda")
+    cuda = device.type == "cuda"
     tc, m = cfg.train, cfg.model
     sampler = WindowSampler(docs, m.segment_len, 0)
     torch.manual_seed(0)
     model = build_model(cfg).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr)
-    torch.cuda.reset_peak_memory_stats()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     bpb, elapsed = float("nan"), 0.0
     for step in range(steps + 1):  # step 0 warms up (kernels, allocator) and is not timed
         batch = sampler.sample(step, tc.batch_size, tc.window_segments).to(device)
-        torch.cuda.synchronize()
+        _sync(device)
         start = time.perf_counter()
         res = train_window(model, batch, tc.bptt_segments, tc.aux_loss_weight, "bf16")
         opt.step()
         opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        _sync(device)
         elapsed += (time.perf_counter() - start) if step else 0.0
         bpb = res.nll_sum / max(res.tokens, 1) / LN2
     tokens = tc.batch_size * tc.window_segments * m.segment_len * steps
     flops = model_flops_per_token(model, m.n_layers, m.segment_len, m.d_model)
-    diff = backends_agree(cfg, batch)
+    diff = backends_agree(cfg, batch) if cuda else None
     return {
         "method": method, "params": model.num_parameters(), "batch_size": tc.batch_size,
         "tokens_per_s": tokens / elapsed, "model_flops_per_token": flops,
         "model_tflops": flops * tokens / elapsed / 1e12, "mfu": flops * tokens / elapsed / peak,
-        "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20, "train_bpb_last": bpb,
+        "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None, "train_bpb_last": bpb,
         "xformers_rel_diff": diff, "xformers_ok": None if diff is None else diff <= XFORMERS_RTOL,
         "status": "ok" if math.isfinite(bpb) else "loss not finite",
     }
@@ -158,7 +167,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{method:14s} {row['status']}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    fields = sorted({k for r in rows for k in r}, key=lambda k: list(rows[0]).index(k) if k in rows[0] else 99)
+    fields = list(dict.fromkeys(k for r in rows for k in r))  # every column, in first-seen order
     with open(out / "gpu.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
