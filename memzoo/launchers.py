@@ -64,7 +64,11 @@ def make_executor(kind: str, folder: Path, cfg: LauncherConfig):
     submitit = _submitit()
     if kind not in ("slurm", "submitit-local"):
         raise ConfigError(f"launcher {kind!r}; expected one of {', '.join(LAUNCHERS)}")
-    executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm" if kind == "slurm" else "local")
+    try:
+        executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm" if kind == "slurm" else "local")
+    except RuntimeError as err:  # submitit looks for srun
+        raise ConfigError(f"--launcher {kind}: {err} Run it on the cluster's login node, or use --launcher "
+                          f"submitit-local to run the jobs on this machine") from None
     params: dict[str, Any] = dict(timeout_min=cfg.timeout_min, cpus_per_task=cfg.cpus_per_task, tasks_per_node=1,
                                   nodes=1, gpus_per_node=cfg.gpus_per_node)
     if cfg.mem_gb is not None:

@@ -19,7 +19,7 @@ pytest.importorskip("submitit")
 from memzoo.cli import main  # noqa: E402
 from memzoo.compare import expand, load_suite, run_suite  # noqa: E402
 from memzoo.config import ConfigError  # noqa: E402
-from memzoo.launchers import job_active, launcher_config, plan  # noqa: E402
+from memzoo.launchers import job_active, launcher_config, make_executor, plan  # noqa: E402
 from memzoo.train import load_checkpoint, train  # noqa: E402
 
 STEPS = 20
@@ -128,3 +128,17 @@ def test_launcher_section_is_checked() -> None:
         launcher_config({"partitoin": "gpu"})
     with pytest.raises(ConfigError, match="timeout_min"):
         launcher_config({"timeout_min": 0})
+
+
+def test_slurm_settings_reach_the_sbatch_script(tmp_path: Path, monkeypatch) -> None:
+    """The launcher section becomes #SBATCH lines (a stand-in `srun` on PATH: no cluster here)."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    cfg = launcher_config({"partition": "gpu", "account": "proj", "gpus_per_node": 2, "timeout_min": 90,
+                           "additional": {"constraint": "a100"}, "setup": ["module load cuda"]})
+    script = make_executor("slurm", tmp_path, cfg)._executor._make_submission_file_text("python -m x", "uid")
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --account=proj", "#SBATCH --gpus-per-node=2",
+                 "#SBATCH --time=90", "#SBATCH --constraint=a100", "module load cuda"):
+        assert line in script, line
