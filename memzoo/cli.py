@@ -35,10 +35,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from memzoo.config import load_config
+    from memzoo.distributed import env_info
     from memzoo.train import train
 
     cfg = load_config(args.config, args.overrides)
     run_dir = train(cfg, resume=not args.restart)
+    if not env_info().is_main:  # under torchrun only rank 0 writes (and reports) the run
+        return 0
     result = json.loads((run_dir / "result.json").read_text())
     print(f"run folder: {run_dir}")
     _print_summary(result)
@@ -89,15 +92,22 @@ def cmd_footprint(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from memzoo.compare import load_suite, run_suite, suite_dir
+    from memzoo.compare import collect_suite, load_suite, run_suite, suite_dir
     from memzoo.report import console_table
 
     suite_name, overrides = args.suite, list(args.overrides)
     if suite_name and "=" in suite_name:  # `memzoo compare key=value` runs the default suite
         suite_name, overrides = None, [suite_name, *overrides]
     suite = load_suite(suite_name or "quick", overrides)
-    df = run_suite(suite, jobs=args.jobs)
+    if args.collect:
+        df = collect_suite(suite)
+    else:
+        launcher = None if args.launcher == "local" else args.launcher  # None: local worker processes
+        df = run_suite(suite, jobs=args.jobs, launcher=launcher, wait=not args.no_wait)
     root = suite_dir(suite)
+    if df.empty:
+        print(f"no finished run yet in {root}; jobs.json lists the submitted jobs")
+        return 0
     print(console_table(df).to_string(index=False))
     print(f"results: {root / 'results.parquet'}")
     if not args.no_report:
@@ -219,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", help="suite overrides, e.g. seeds=[0,1] token_budget=100000")
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: the suite's `jobs`)")
     s.add_argument("--no-report", action="store_true", help="do not write report.html/report.md at the end")
+    s.add_argument("--launcher", default="local", choices=["local", "submitit-local", "slurm"],
+                   help="local worker processes (default), or one submitit job per run: SLURM, or submitit's "
+                        "local executor (settings: the suite's launcher: section, launcher.KEY=VALUE)")
+    s.add_argument("--no-wait", action="store_true", help="submit the jobs and return (then --collect, or re-run to wait)")
+    s.add_argument("--collect", action="store_true", help="build results.parquet and the report from the runs finished so far")
     s.set_defaults(fn=cmd_compare)
 
     s = sub.add_parser("report", help="report.html and report.md from a results folder")

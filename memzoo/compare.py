@@ -47,6 +47,9 @@ class SuiteConfig:
     # Optional last stage: long-range evaluations of each run, a list of memzoo.longrange.LongRangeConfig
     # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]); their rows join the results table.
     longrange: Any = field(default_factory=list)
+    # Cluster settings for `--launcher slurm|submitit-local` (memzoo.launchers.LauncherConfig):
+    # partition, account, gpus_per_node, cpus_per_task, mem_gb, timeout_min, additional, setup, ...
+    launcher: Any = field(default_factory=dict)
 
 
 @dataclass
@@ -311,8 +314,23 @@ def _progress_of(run_dir: Path) -> int:
         return 0
 
 
-def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = True) -> pd.DataFrame:
-    """Run every unfinished run of the suite; returns the results table."""
+def _worker_args(spec: RunSpec, suite: DictConfig, threads: int, longrange: list[dict[str, Any]]) -> tuple:
+    """`_worker`'s arguments for one run, whichever launcher runs it."""
+    return (_stage_yaml(spec), str(spec.run_dir), threads, list(suite.imports),
+            [{**lr, "threads": threads} for lr in longrange])
+
+
+def collect_suite(suite: DictConfig) -> pd.DataFrame:
+    """results.parquet from whatever runs of the suite have finished (`memzoo compare --collect`)."""
+    root = suite_dir(suite)
+    root.mkdir(parents=True, exist_ok=True)
+    return write_table(root, expand(suite))
+
+
+def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = True, launcher: Optional[str] = None,
+              wait: bool = True) -> pd.DataFrame:
+    """Run every unfinished run of the suite; returns the results table. `launcher`: None for local
+    worker processes, or one submitit job per run (`slurm`, `submitit-local`; memzoo.launchers)."""
     root = suite_dir(suite)
     root.mkdir(parents=True, exist_ok=True)
     specs = expand(suite)
@@ -327,6 +345,14 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
     longrange = [dataclasses.asdict(c) for c in longrange_configs(suite)]
     todo = [s for s in specs if not is_finished(s, _stages_signature(longrange))]
     jobs = jobs or suite.jobs
+    if launcher is not None:  # one job per run on a cluster (or submitit's local executor), the same worker
+        from memzoo.launchers import launcher_config, run_jobs
+
+        threads = suite.threads_per_job or launcher_config(suite.launcher).cpus_per_task
+        failures = run_jobs(launcher, suite, root, todo, lambda s: _worker_args(s, suite, threads, longrange),
+                            lambda s: is_finished(s, _stages_signature(longrange)), lambda s: write_table(root, specs),
+                            wait=wait, progress=progress)
+        return _finish(root, specs, failures)
     threads = suite.threads_per_job or max(1, (os.cpu_count() or 1) // jobs)
     total_steps = sum(s.steps for s in specs)
     done_steps = sum(s.steps for s in specs if s not in todo)
@@ -336,11 +362,7 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
     ctx = multiprocessing.get_context("spawn")
     pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1)
     try:
-        futures = {
-            pool.submit(_worker, _stage_yaml(s), str(s.run_dir), threads, list(suite.imports),
-                        [{**lr, "threads": threads} for lr in longrange]): s
-            for s in todo
-        }
+        futures = {pool.submit(_worker, *_worker_args(s, suite, threads, longrange)): s for s in todo}
         pending = set(futures)
         finished_steps = done_steps
         while pending:
@@ -365,6 +387,11 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
     finally:
         bar.close()
         pool.shutdown(wait=True, cancel_futures=True)
+    return _finish(root, specs, failures)
+
+
+def _finish(root: Path, specs: list[RunSpec], failures: dict[str, str]) -> pd.DataFrame:
+    """The final table; failed runs listed in failures.json and raised (their checkpoints are kept)."""
     df = write_table(root, specs)
     if failures:
         (root / "failures.json").write_text(json.dumps(failures, indent=1))

@@ -45,11 +45,13 @@ class ModelConfig:
 class DataConfig:
     """Where the bytes come from. `stdlib` is the embedded default corpus."""
 
-    source: str = "stdlib"  # "stdlib", a file, a folder, or a glob
+    source: str = "stdlib"  # "stdlib", a file, a folder, a glob, or hf:NAME[:CONFIG][:SPLIT] (memzoo.hf)
     valid_fraction: float = 0.05
     test_fraction: float = 0.05
     min_doc_bytes: int = 64
     max_docs: Optional[int] = None  # cap on documents read (for quick experiments and tests)
+    text_field: str = "text"  # hf: sources: the example field holding a document's text
+    hf_data_files: Optional[str] = None  # hf:json / hf:parquet / hf:text / hf:csv: the local file or glob to load
 
 
 @dataclass

@@ -14,13 +14,14 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from memzoo import distributed as dist
 from memzoo.config import TrainConfig, load_config, memory_config, model_config, to_yaml
 from memzoo.data import Batch, WindowSampler, load_documents, split_documents
 from memzoo.model import MemoryModel, ModelState
@@ -72,7 +73,9 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def train_window(model: MemoryModel, batch: Batch, bptt_segments: int, aux_weight: float = 1.0,
-                 precision: str = "fp32", state: Optional[ModelState] = None, align_end: bool = False) -> WindowResult:
+                 precision: str = "fp32", state: Optional[ModelState] = None, align_end: bool = False,
+                 denominator: Optional[float] = None,
+                 block_context: Optional[Callable[[bool], ContextManager]] = None) -> WindowResult:
     """Forward and backward one window, k = bptt_segments segments per model call.
 
     The state is detached between calls: gradient from a block's last segment reaches that block's
@@ -80,21 +83,28 @@ def train_window(model: MemoryModel, batch: Batch, bptt_segments: int, aux_weigh
     computed, so at most k segments of graph are alive. Blocks start at segment 0; with
     `align_end` the last block ends at the last segment instead (the first block is the short one),
     so a loss at the end of an example (a task's answer) reaches k whole segments back.
+
+    The summed NLL is divided by `denominator` (default: this batch's target count; a distributed
+    run passes its global count / world). `block_context(last)` wraps each block (DDP: no_sync but
+    in the last block, so gradients are all-reduced once per window).
     """
     device = batch.tokens.device
     b, s, _ = batch.tokens.shape
     state = state if state is not None else model.initial_state(b, device)
-    total = int(batch.mask.sum().clamp(min=1))
+    total = denominator if denominator is not None else int(batch.mask.sum().clamp(min=1))
     nll_sum, aux_sum = 0.0, 0.0
     first = (s % bptt_segments or bptt_segments) if align_end else bptt_segments
-    for start in [0, *range(first, s, bptt_segments)]:
+    starts = [0, *range(first, s, bptt_segments)]
+    for start in starts:
         blk = batch.segments(start, min(s, first if start == 0 else start + bptt_segments))
-        with autocast_context(precision, device):
-            out = model(blk.tokens, state, blk.reset)
-        nll = token_nll(out.logits, blk.targets) * blk.mask
-        loss = nll.sum() / total + aux_weight * out.aux_loss
-        if loss.requires_grad:
-            loss.backward()
+        sync = block_context(start == starts[-1]) if block_context is not None else contextlib.nullcontext()
+        with sync:
+            with autocast_context(precision, device):
+                out = model(blk.tokens, state, blk.reset)
+            nll = token_nll(out.logits, blk.targets) * blk.mask
+            loss = nll.sum() / total + aux_weight * out.aux_loss
+            if loss.requires_grad:
+                loss.backward()
         nll_sum += float(nll.sum().detach())
         aux_sum += float(out.aux_loss.detach())
         state = out.state.detach()
@@ -186,13 +196,15 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     """Train per `cfg` into `run_dir` (default out_dir/name), resuming from its checkpoint if any.
 
     `on_step(step)` is called after each completed step (tests use it to interrupt a run).
+    Under torchrun (WORLD_SIZE > 1) every rank trains on its rows of each global batch through
+    DDP (memzoo.distributed); only rank 0 writes the run folder.
     """
     from memzoo.evaluate import evaluate_run
 
     tc = cfg.train
     run_dir = Path(run_dir) if run_dir is not None else run_dir_for(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    device = pick_device(tc.device)
+    rank, device = dist.setup(pick_device(tc.device))
     if tc.threads:
         torch.set_num_threads(tc.threads)
     ckpt_path = run_dir / "checkpoint.pt"
@@ -200,10 +212,13 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         saved = OmegaConf.load(run_dir / "config.yaml")
         if to_yaml(OmegaConf.masked_copy(saved, ["model", "memory"])) != to_yaml(OmegaConf.masked_copy(cfg, ["model", "memory"])):
             raise ValueError(f"{run_dir} holds a run with a different model or memory config; use another name or out_dir")
-    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    dist.barrier(rank)  # every rank has read the folder before rank 0 writes to it
+    if rank.is_main:
+        (run_dir / "config.yaml").write_text(to_yaml(cfg))
 
     torch.manual_seed(cfg.seed)
     model = build_model(cfg).to(device)
+    net = dist.wrap(model, rank, device)  # the model itself in a plain run
     optimizer = torch.optim.AdamW(model.optim_groups(tc.weight_decay, tc.lr), lr=tc.lr, betas=tuple(tc.betas))
     step = 0
     if resume and ckpt_path.is_file():
@@ -222,7 +237,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
                              f"{str(err).splitlines()[0]}") from None
     sample = batch_source(cfg)
     metrics = run_dir / "metrics.jsonl"
-    bar = tqdm(total=tc.steps, initial=step, desc=f"train {cfg.name}", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=tc.steps, initial=step, desc=f"train {cfg.name}", disable=not progress or not rank.is_main,
+               dynamic_ncols=True)
     model.train()
     in_update = False  # True while optimizer.step() may have changed some parameters but not all
     rng_at_step_start: Optional[torch.Tensor] = None  # None between steps
@@ -230,47 +246,54 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     try:
         while step < tc.steps:
             rng_at_step_start = torch.get_rng_state()
-            batch = sample(step).to(device)
+            batch = dist.shard_rows(sample(step), rank).to(device)
             lr = lr_at(step, tc)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_mult", 1.0)
-            res = train_window(model, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
-                               align_end=cfg.task.name != "lm")
+            res = train_window(net, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
+                               state=model.initial_state(batch.tokens.shape[0], device), align_end=cfg.task.name != "lm",
+                               denominator=dist.loss_denominator(batch, rank, device),
+                               block_context=dist.block_sync(net))
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
             in_update = True
             optimizer.step()
             step += 1
             in_update, rng_at_step_start = False, None
             optimizer.zero_grad(set_to_none=True)
-            tokens_since += batch.tokens.numel()  # every input position is computed (answer-only losses too)
-            bpb = res.nll_sum / max(res.tokens, 1) / LN2
+            tokens_since += batch.tokens.numel() * rank.world  # every input position is computed (answer-only losses too)
+            nll_sum, n_tokens, aux = dist.all_sum([res.nll_sum, res.tokens, res.aux], rank, device)
+            aux /= rank.world  # each rank's aux loss is a mean over its rows
+            bpb = nll_sum / max(n_tokens, 1) / LN2
             bar.update(1)
             bar.set_postfix(bpb=f"{bpb:.3f}", lr=f"{lr:.2e}")
-            if step % tc.log_every == 0 or step == tc.steps:
-                now = time.perf_counter()
-                _log(metrics, {"step": step, "train_bpb": bpb, "aux": res.aux, "lr": lr, "grad_norm": float(grad_norm),
-                               "tokens_per_s": tokens_since / max(now - t_last, 1e-9)})
-                t_last, tokens_since = now, 0
-            if tc.checkpoint_every and step % tc.checkpoint_every == 0:
-                save_checkpoint(run_dir, model, optimizer, step)
-            if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps:
-                ev = evaluate_run(cfg, model, progress=False)
-                _log(metrics, {"step": step, "valid_bpb": ev["bpb"]})
-                model.train()
+            if rank.is_main:  # the other ranks write nothing
+                if step % tc.log_every == 0 or step == tc.steps:
+                    now = time.perf_counter()
+                    _log(metrics, {"step": step, "train_bpb": bpb, "aux": aux, "lr": lr, "grad_norm": float(grad_norm),
+                                   "tokens_per_s": tokens_since / max(now - t_last, 1e-9)})
+                    t_last, tokens_since = now, 0
+                if tc.checkpoint_every and step % tc.checkpoint_every == 0:
+                    save_checkpoint(run_dir, model, optimizer, step)
+                if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps:
+                    ev = evaluate_run(cfg, model, progress=False)
+                    _log(metrics, {"step": step, "valid_bpb": ev["bpb"]})
+                    model.train()
             if on_step is not None:
                 on_step(step)
     except BaseException:
         # Keep what was done: the weights are those of the last completed step (a step cut off
         # inside optimizer.step() is not saved; the previous checkpoint stands).
-        if step > 0 and not in_update:
+        if step > 0 and not in_update and rank.is_main:
             save_checkpoint(run_dir, model, optimizer, step, rng=rng_at_step_start)
         raise
     finally:
         bar.close()
-    save_checkpoint(run_dir, model, optimizer, step)
-    if evaluate_at_end:
-        from memzoo.evaluate import write_result
+    if rank.is_main:
+        save_checkpoint(run_dir, model, optimizer, step)
+        if evaluate_at_end:
+            from memzoo.evaluate import write_result
 
-        result = evaluate_run(cfg, model, progress=progress)
-        write_result(run_dir, cfg, model, result)
+            result = evaluate_run(cfg, model, progress=progress)
+            write_result(run_dir, cfg, model, result)
+    dist.teardown(rank)
     return run_dir

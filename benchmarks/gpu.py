@@ -1,0 +1,181 @@
+"""GPU check: every registered method at the `paper-gpu` suite's backbone, a few bf16 training steps
+each on CUDA, with tokens/s, model FLOP/s as a fraction of the device's bf16 peak, peak CUDA memory,
+and (where xformers is installed) the xformers and sdpa attention backends checked against each other.
+
+    python benchmarks/gpu.py [--steps 5] [--batch-size 16] [--peak-tflops 989] [--out results/gpu]
+
+Writes gpu.csv (one row per method) and prints the table. Without CUDA it says so in one line and
+exits 0. Model FLOPs per token = 6 x (weights of every matrix multiply, the tied LM head included)
++ 6 x n_layers x segment_len x d_model (causal attention within the segment, forward and backward);
+memory reads are not counted, so a heavy memory shows as lower utilisation. The bf16 peak is
+--peak-tflops when given, else measured by timing 8192^3 bf16 matrix multiplies. Backends agree when
+max |logits_xformers - logits_sdpa| <= XFORMERS_RTOL x max |logits_sdpa| (same weights, one bf16 forward).
+Exit status 1 when a loss is not finite or the backends disagree.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+XFORMERS_RTOL = 2e-2  # bf16 keeps 8 mantissa bits; two kernels summing in another order differ by ~1e-2
+
+
+def matmul_flops_per_token(model: nn.Module) -> int:
+    """Forward + backward FLOPs of the model's matrix multiplies per token: 6 x every Linear's weight."""
+    return 6 * sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+
+
+def model_flops_per_token(model: nn.Module, n_layers: int, segment_len: int, d_model: int) -> int:
+    """Matrix multiplies plus causal attention within a segment (QK^T and AV: 2 x 2 d N/2 forward, x3 with backward)."""
+    return matmul_flops_per_token(model) + 6 * n_layers * segment_len * d_model
+
+
+def measured_bf16_peak(n: int = 8192, iters: int = 20) -> float:
+    """FLOP/s of a large bf16 matrix multiply on this device (the practical peak)."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    torch.cuda.synchronize()
+    return 2 * n**3 * iters / (time.perf_counter() - start)
+
+
+def method_configs(overrides: list[str]) -> dict[str, Any]:
+    """One run config per registered method at the paper-gpu backbone (seed 0, first grid point)."""
+    from memzoo.compare import expand, load_suite
+
+    configs: dict[str, Any] = {}
+    for spec in expand(load_suite("paper-gpu", overrides)):
+        configs.setdefault(spec.method, spec.cfg)
+    return configs
+
+
+def backends_agree(cfg: Any, batch: Any) -> Optional[float]:
+    """max |xformers - sdpa| / max |sdpa| over one bf16 forward with the same weights (None: no xformers)."""
+    try:
+        import xformers.ops  # noqa: F401
+    except ImportError:
+        return None
+    from memzoo.train import autocast_context, build_model
+
+    logits = {}
+    for backend in ("sdpa", "xformers"):
+        cfg.model.attention_backend = backend
+        torch.manual_seed(0)
+        model = build_model(cfg).cuda().eval()
+        with torch.no_grad(), autocast_context("bf16", torch.device("cuda")):
+            logits[backend] = model(batch.tokens, None, batch.reset).logits.float()
+    cfg.model.attention_backend = "auto"
+    return float((logits["xformers"] - logits["sdpa"]).abs().max() / logits["sdpa"].abs().max())
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
+                 device: torch.device = torch.device("cuda")) -> dict[str, Any]:
+    """Time `steps` bf16 training steps (after one untimed) of one method; its row of gpu.csv.
+    (`device` cpu: a dry run of the same code, for checking it without a GPU.)"""
+    from memzoo.data import WindowSampler
+    from memzoo.train import LN2, build_model, train_window
+
+    cuda = device.type == "cuda"
+    tc, m = cfg.train, cfg.model
+    sampler = WindowSampler(docs, m.segment_len, 0)
+    torch.manual_seed(0)
+    model = build_model(cfg).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    bpb, elapsed = float("nan"), 0.0
+    for step in range(steps + 1):  # step 0 warms up (kernels, allocator) and is not timed
+        batch = sampler.sample(step, tc.batch_size, tc.window_segments).to(device)
+        _sync(device)
+        start = time.perf_counter()
+        res = train_window(model, batch, tc.bptt_segments, tc.aux_loss_weight, "bf16")
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        _sync(device)
+        elapsed += (time.perf_counter() - start) if step else 0.0
+        bpb = res.nll_sum / max(res.tokens, 1) / LN2
+    tokens = tc.batch_size * tc.window_segments * m.segment_len * steps
+    flops = model_flops_per_token(model, m.n_layers, m.segment_len, m.d_model)
+    diff = backends_agree(cfg, batch) if cuda else None
+    return {
+        "method": method, "params": model.num_parameters(), "batch_size": tc.batch_size,
+        "tokens_per_s": tokens / elapsed, "model_flops_per_token": flops,
+        "model_tflops": flops * tokens / elapsed / 1e12, "mfu": flops * tokens / elapsed / peak,
+        "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None, "train_bpb_last": bpb,
+        "xformers_rel_diff": diff, "xformers_ok": None if diff is None else diff <= XFORMERS_RTOL,
+        "status": "ok" if math.isfinite(bpb) else "loss not finite",
+    }
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=5, help="timed bf16 training steps per method (after one warm-up)")
+    ap.add_argument("--batch-size", type=int, default=None, help="rows per step (default: the suite's train.batch_size)")
+    ap.add_argument("--peak-tflops", type=float, default=None, help="the device's bf16 peak (default: measured)")
+    ap.add_argument("--methods", default=None, help="comma-separated subset of the registered methods")
+    ap.add_argument("--out", default="results/gpu")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/gpu.py: no CUDA device here, nothing measured (run it on a machine with a GPU)")
+        return 0
+
+    from memzoo.data import load_documents, split_documents
+
+    overrides = ["run.data.max_docs=400"] + ([f"run.train.batch_size={args.batch_size}"] if args.batch_size else [])
+    configs = method_configs(overrides)
+    if args.methods:
+        configs = {k: v for k, v in configs.items() if k in args.methods.split(",")}
+    first = next(iter(configs.values()))
+    docs = split_documents(load_documents(first.data), first.data)["train"]
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else measured_bf16_peak()
+    device = torch.cuda.get_device_name()
+    print(f"{device}: bf16 peak {peak / 1e12:.0f} TFLOP/s ({'given' if args.peak_tflops else 'measured'}); "
+          f"paper-gpu backbone: {first.model.n_layers} layers, d_model {first.model.d_model}, "
+          f"segments of {first.model.segment_len}", flush=True)
+    rows = []
+    for method, cfg in configs.items():
+        try:
+            row = bench_method(method, cfg, docs, args.steps, peak)
+        except torch.cuda.OutOfMemoryError as err:
+            row = {"method": method, "status": f"out of memory: {str(err).splitlines()[0][:120]}"}
+        torch.cuda.empty_cache()
+        rows.append({"device": device, "peak_tflops": peak / 1e12, **row})
+        if "tokens_per_s" in row:
+            xf = "n/a" if row["xformers_rel_diff"] is None else f"{row['xformers_rel_diff']:.1e}"
+            print(f"{method:14s} {row['params']:>11,} params {row['tokens_per_s']:>10,.0f} tok/s "
+                  f"{row['model_tflops']:6.1f} TFLOP/s  MFU {row['mfu']:5.1%}  peak {row['peak_cuda_mb']:8,.0f} MB  "
+                  f"bpb {row['train_bpb_last']:.3f}  xformers-vs-sdpa {xf}  {row['status']}", flush=True)
+        else:
+            print(f"{method:14s} {row['status']}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in rows for k in r))  # every column, in first-seen order
+    with open(out / "gpu.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {out / 'gpu.csv'}")
+    bad = [r["method"] for r in rows if r.get("status") == "loss not finite" or r.get("xformers_ok") is False]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
