@@ -20,7 +20,7 @@ TINY_OPTIONS: dict[str, dict] = {
     "compressive": {"mem_len": 8, "cmem_len": 4, "compression_rate": 2},
     "memorizing": {"store_size": 32, "mem_len": 8, "top_k": 4},
     "rmt": {"n_mem_tokens": 2},
-    "infty-former": {"n_basis": 8},
+    "infty-former": {"n_basis": 8, "mem_len": 8},
 }
 
 METHODS = sorted(registered())
@@ -37,7 +37,8 @@ VARIANTS: list[tuple[str, str, dict]] = [
     ("memorizing-small-store", "memorizing", {"store_size": 12, "mem_len": 0, "top_k": 2}),
     ("rmt-learned-write", "rmt", {"n_mem_tokens": 2, "write_slots": "learned"}),
     ("rmt-causal-mask", "rmt", {"n_mem_tokens": 2, "memory_mask": "causal"}),
-    ("infty-former-sticky", "infty-former", {"n_basis": 8, "kv_weights": "layer", "sticky_memories": True}),
+    ("infty-former-sticky", "infty-former", {"n_basis": 8, "mem_len": 12, "kv_weights": "layer", "sticky_memories": True}),
+    ("infty-former-no-stm", "infty-former", {"n_basis": 8, "mem_len": 0}),
 ]
 # (id, method, options): every registered method at its tiny options, then the variants.
 CASES = [(m, m, TINY_OPTIONS.get(m, {})) for m in METHODS] + [v for v in VARIANTS if v[1] in METHODS]

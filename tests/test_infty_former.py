@@ -1,5 +1,6 @@
-"""∞-former: the continuous signal (ridge fit, contraction), the closed-form read, the empty-memory
-rule, reach, sticky memories and the KL auxiliary loss, checked against independent computations."""
+"""∞-former: the continuous signal (ridge fit, padding, contraction), the long-term read against the
+paper's formulas, the short-term memory and what it feeds the long-term one, the empty-memory rule,
+reach, sticky memories and the KL auxiliary loss, checked against independent computations."""
 from __future__ import annotations
 
 import math
@@ -18,6 +19,7 @@ from memzoo.memories.infty_former import (
     gaussian,
     kl_to_prior,
     new_positions,
+    pad_positions,
     rbf_basis,
     ridge_fit,
     sample_positions,
@@ -95,7 +97,8 @@ def test_contraction_keeps_the_old_signal_on_0_tau() -> None:
 
 
 def small_memory(**options) -> InftyFormer:
-    cfg = InftyFormerConfig(**{"n_basis": 16, "n_samples": 64, **options})
+    """The LTM alone (no STM, no padding) unless options say otherwise."""
+    cfg = InftyFormerConfig(**{"n_basis": 16, "n_samples": 64, "mem_len": 0, "ridge_padding": False, **options})
     torch.manual_seed(0)
     return InftyFormer(cfg, tiny_model_config(), 0)
 
@@ -222,3 +225,130 @@ def test_state_is_float32_under_autocast() -> None:
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         state = model(x).state
     assert all(s["B"].dtype == torch.float32 for s in state.layers)
+
+
+def test_long_term_read_follows_the_paper_formulas() -> None:
+    """The plugin's read against the paper computed independently, per head and query:
+    K = B W_K, μ = sigmoid(w_μᵀ K q/√D), σ² = softplus(w_σᵀ K q/√D), and z = ∫ N(t; μ, σ²) Vᵀψ(t) dt
+    by the trapezoid rule over t (not the closed form)."""
+    mem = small_memory(n_basis=8)
+    heads, dh, d = mem.n_heads, mem.d_head, mem.d_model
+    g = torch.Generator().manual_seed(11)
+    b = torch.randn(1, 8, d, generator=g)  # B [1, N, d]
+    q = 3 * torch.randn(1, heads, 5, dh, generator=g)  # wide scores: σ² from ~0.06 to ~3
+    with torch.no_grad():
+        mem.w_sigma.copy_(torch.linspace(-4.0, 4.0, 8))
+        z, mean, var = mem.read(q, b, project_kv=None)
+    mu_b, sigma_b = mem.basis_mu, mem.basis_sigma
+    t = torch.linspace(-5.0, 6.0, 50_001, dtype=torch.float64)
+    psi = basis_matrix(t, mu_b, sigma_b)  # [N, T]
+    w_k, w_v = mem.w_k.weight.double(), mem.w_v.weight.double()  # [d, d]: rows are head-major outputs
+    for h in range(heads):
+        rows = slice(h * dh, (h + 1) * dh)
+        k_h, v_h = b[0].double() @ w_k[rows].T, b[0].double() @ w_v[rows].T  # [N, D]
+        scores = q[0, h].double() @ k_h.T / math.sqrt(dh)  # [n, N]
+        mu = torch.sigmoid(scores @ mem.w_mu.double())  # [n]
+        var_ref = torch.nn.functional.softplus(scores @ mem.w_sigma.double()).clamp(min=mem.cfg.sigma_sq_min)  # [n]
+        density = gaussian(t, mu[:, None], var_ref[:, None])  # [n, T]
+        z_ref = torch.trapezoid(density[:, :, None] * (psi.T @ v_h)[None], t, dim=1)  # [n, D]
+        assert torch.allclose(mean[0, h].double(), mu, atol=1e-6)
+        assert torch.allclose(var[0, h].double(), var_ref, rtol=1e-5)
+        assert torch.allclose(z[0, h].double(), z_ref, rtol=1e-4, atol=1e-5), (z[0, h].double() - z_ref).abs().max()
+    assert float(var.min()) < 0.1 < 1.0 < float(var.max()), "the queries should span narrow and wide reads"
+
+
+def test_padded_ridge_fit_is_least_squares_with_zero_targets() -> None:
+    """Padding = extra positions outside [0, 1] whose target is 0 (authors' code): the fit equals lstsq
+    of [Ψᵀ; Ψ_padᵀ; √λ I] B = [X; 0; 0], and the signal falls towards 0 beyond the ends."""
+    mu, sigma = rbf_basis(16, [0.01, 0.05])
+    t, lam = first_positions(40), 0.5
+    x = smooth_signal(t) + 2.0  # far from 0 at the ends
+    pad = pad_positions(40)
+    assert pad.shape == (40,) and float(pad.min()) > -0.5 and float(pad.max()) < 1.5
+    assert not bool(((pad >= 0) & (pad <= 1)).any())
+    b = ridge_fit(x, t, mu, sigma, lam, pad)
+    a = torch.cat((basis_matrix(t, mu, sigma).T, basis_matrix(pad, mu, sigma).T, math.sqrt(lam) * torch.eye(16, dtype=t.dtype)))
+    rhs = torch.cat((x, torch.zeros(56, 3, dtype=x.dtype)))
+    assert torch.allclose(b, torch.linalg.lstsq(a, rhs).solution, atol=1e-8)
+    outside = torch.tensor([-0.3, 1.3], dtype=torch.float64)
+    unpadded = ridge_fit(x, t, mu, sigma, lam)
+    assert signal(b, outside, mu, sigma).abs().max() < 0.5 * signal(unpadded, outside, mu, sigma).abs().max()
+    # the plugin's precomputed operators use the same padding
+    mem = small_memory(ridge_padding=True)
+    xs = torch.randn(1, 5, 32, generator=torch.Generator().manual_seed(8))
+    b_first = mem.write(torch.zeros(1, 16, 32), torch.tensor([False]), xs, None)
+    ref = ridge_fit(xs[0].double(), first_positions(5), mem.basis_mu, mem.basis_sigma, mem.cfg.ridge_lambda, pad_positions(5))
+    assert torch.allclose(b_first[0].double(), ref, atol=1e-5)
+    b_old = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(9))
+    later = mem.write(b_old, torch.tensor([True]), xs, None)
+    s = sample_positions(mem.cfg.n_samples)
+    positions = torch.cat((mem.cfg.tau * s, new_positions(5, mem.cfg.tau)))
+    past = signal(b_old[0].double(), s, mem.basis_mu, mem.basis_sigma)
+    ref = ridge_fit(torch.cat((past, xs[0].double())), positions, mem.basis_mu, mem.basis_sigma, mem.cfg.ridge_lambda,
+                    pad_positions(len(positions)))
+    assert torch.allclose(later[0].double(), ref, atol=1e-4)
+
+
+def stm_run(mem: InftyFormer, x: LayerInputs) -> list[dict]:
+    """The states after each segment (S of them), run segment by segment."""
+    state, states = mem.initial_state(x.q.shape[0], torch.device("cpu")), []
+    for s in range(x.q.shape[1]):
+        state = mem.reset_rows(state, x.reset[:, s])
+        _, state, _ = mem.segment(x.segment(s), state)
+        states.append(state)
+    return states
+
+
+def test_short_term_memory_feeds_the_long_term_only_what_it_evicts() -> None:
+    """mem_len 12, segments of 8: segment 0 evicts nothing, segment 1 the oldest 4 states of segment 0,
+    segment 2 the other 4 and segment 1's first 4. A row reset at segment 1 starts over: its first
+    eviction, at segment 2, is the first 4 states of segment 1, fitted alone."""
+    mem = small_memory(mem_len=12, ridge_padding=True).eval()
+    h = torch.randn(2, 3, 8, 32, generator=torch.Generator().manual_seed(12))
+    x = layer_inputs(mem, h)
+    x.reset[1, 1] = True
+    with torch.no_grad():
+        states = stm_run(mem, x)
+    mu, sigma, lam, tau = mem.basis_mu, mem.basis_sigma, mem.cfg.ridge_lambda, mem.cfg.tau
+
+    def first_fit(v: torch.Tensor) -> torch.Tensor:
+        return ridge_fit(v.double(), first_positions(len(v)), mu, sigma, lam, pad_positions(len(v)))
+
+    assert not bool(states[0]["written"].any()) and float(states[0]["B"].abs().max()) == 0.0
+    assert torch.equal(states[0]["stm"][:, 4:], h[:, 0]) and not bool(states[0]["stm_valid"][:, :4].any())
+    assert states[1]["written"].tolist() == [True, False]
+    assert torch.allclose(states[1]["B"][0].double(), first_fit(h[0, 0, :4]), atol=1e-5)
+    assert float(states[1]["B"][1].abs().max()) == 0.0, "a reset row evicted nothing yet"
+    s = sample_positions(mem.cfg.n_samples)
+    positions = torch.cat((tau * s, new_positions(8, tau)))
+    past = signal(states[1]["B"][0].double(), s, mu, sigma)
+    new = torch.cat((h[0, 0, 4:], h[0, 1, :4])).double()
+    ref = ridge_fit(torch.cat((past, new)), positions, mu, sigma, lam, pad_positions(len(positions)))
+    assert torch.allclose(states[2]["B"][0].double(), ref, atol=1e-4)
+    assert torch.allclose(states[2]["B"][1].double(), first_fit(h[1, 1, :4]), atol=1e-5)
+    assert torch.equal(states[2]["stm"][0], torch.cat((h[0, 1, 4:], h[0, 2])))
+
+
+def test_short_term_attention_is_xl_until_the_long_term_memory_has_something() -> None:
+    """The STM read is Transformer-XL's (cache=hidden) over the same mem_len: equal outputs while the
+    LTM is empty (segments 0 and 1 with mem_len = one segment), and from segment 2 on they differ by
+    the LTM read alone."""
+    from memzoo.memories.xl import TransformerXL, XLConfig
+
+    mem = small_memory(mem_len=8).eval()
+    xl = TransformerXL(XLConfig(mem_len=8, cache="hidden"), tiny_model_config(), 0)
+    h = torch.randn(2, 3, 8, 32, generator=torch.Generator().manual_seed(13))
+    x = layer_inputs(mem, h)
+    with torch.no_grad():
+        out, state, _ = mem(x, mem.initial_state(2, torch.device("cpu")))
+        ref, _, _ = xl(x, xl.initial_state(2, torch.device("cpu")))
+        assert torch.equal(out[:, :2], ref[:, :2])
+        z, _, _ = mem.read(x.q[:, 2], stm_run(mem, x)[1]["B"], x.project_kv)
+        assert float(z.abs().max()) > 1e-4
+        assert torch.allclose(out[:, 2], ref[:, 2] + z, atol=1e-6)
+
+
+def test_mem_len_must_be_a_non_negative_int() -> None:
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match=f"mem_len={bad!r}"):
+            small_memory(mem_len=bad)

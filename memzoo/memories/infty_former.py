@@ -1,15 +1,31 @@
-"""∞-former (Martins, Marinho, Martins 2021, arXiv 2109.00301): a continuous long-term memory.
+"""∞-former (Martins, Marinho, Martins 2021, arXiv 2109.00301): short-term plus continuous long-term memory.
 
-Per layer and batch row, the past inputs X (L × d_model; here the layer's normed input h) are a
-signal over t ∈ [0, 1] written with N Gaussian radial basis functions ψ_i(t) = N(t; μ_i, σ_i²):
+Two memories per layer and batch row, as the paper and the authors' code have them:
+
+* short-term memory (STM): the layer's normed inputs h of the last `mem_len` positions, as in
+  Transformer-XL, attended exactly together with the segment (keys and values recomputed with the
+  layer's current W_K, W_V, as the authors' `cat = torch.cat([mems[-mem_len:], w])`);
+* long-term memory (LTM): a continuous signal fed only with the states that LEAVE the STM (the
+  authors' `mems[:-mem_len]`); its read is added to the STM attention's output.
+
+    A = softmax(Q [K(stm); K]ᵀ / √D + causal mask) [V(stm); V] + z        (per head, before W_O)
+    stm, evicted = last mem_len of [stm; SG(h_s)], the states pushed out     (FIFO, memzoo.fifo)
+    B_s = write(B_{s-1}, evicted)                                         (only if something left)
+
+`mem_len = 0` is the LTM alone, fed with every segment (the segment's own attention plus z).
+
+The long-term signal. The past inputs X (L × d_model) are a signal over t ∈ [0, 1] written with N
+Gaussian radial basis functions ψ_i(t) = N(t; μ_i, σ_i²):
 
     X(t) ≈ Bᵀ ψ(t),        B = (Ψ Ψᵀ + λ I)⁻¹ Ψ X          (ridge regression; B is [N, d_model])
 
 which is the paper's B = Xᵀ Ψᵀ (Ψ Ψᵀ + λI)⁻¹ stored transposed (one row per basis function).
 Centres μ_i are evenly spaced in [0, 1], one set per width in `basis_widths` (N split evenly).
+With `ridge_padding` (authors' code) the Gram matrix also counts zero-valued positions outside
+[0, 1]: Ψ Ψᵀ + Ψ_pad Ψ_padᵀ + λI, so the signal is pulled to 0 beyond the ends.
 
-Write (after segment s, of L vectors): sample the old signal at M points s_m = m / M, contract
-them to τ s_m ∈ [0, τ], place the new vectors at τ + (1 − τ) j / L ∈ (τ, 1], refit:
+Write (L new vectors): sample the old signal at M points s_m = m / M, contract them to τ s_m ∈
+[0, τ], place the new vectors at τ + (1 − τ) j / L ∈ (τ, 1], refit:
 
     B_s = (Ψ Ψᵀ + λI)⁻¹ Ψ [Ψ(s)ᵀ B_{s-1} ; X_s] = A B_{s-1} + G X_s
 
@@ -21,21 +37,26 @@ Read (segment s, from B_{s-1}), per head h with query q (no positional encoding)
     μ = sigmoid(w_μᵀ K_h q / √D),  σ² = softplus(w_σᵀ K_h q / √D)    (w_μ, w_σ ∈ R^N)
     z = E_{t ~ N(μ, σ²)}[V_hᵀ ψ(t)] = V_hᵀ r,   r_i = ∫ N(t; μ, σ²) N(t; μ_i, σ_i²) dt = N(μ; μ_i, σ² + σ_i²)
 
-and z is added to local causal attention, per head, before W_O.
-
 Choices where the paper is silent or where we follow the authors' code (also in the card):
+* STM: caches h (d_model per slot, the authors' `mems`), not keys/values: the LTM needs the evicted
+  h anyway, so a key/value cache would carry both. Positions: RoPE over [STM; segment] relative to
+  the segment's first token, STM slot i of C at i − C, as xl.py. Empty slots (document start,
+  reset rows) are masked. Gradient stops at the STM (W_K, W_V learn through its slots).
+* Until the STM is full nothing leaves it, so the LTM stays empty (it reads 0); a segment may evict
+  fewer than L states (STM not yet full, mem_len not a multiple of L, a row reset mid-batch), and
+  the write then uses that row's own count of new vectors. A document reset empties both memories.
 * r is the closed form over the whole real line (as the authors' ContinuousSoftmax), not the
   integral over [0, 1]; the density is not renormalised to [0, 1].
 * w_μ, w_σ ∈ R^N are shared by the heads of a layer; σ² is clamped below at `sigma_sq_min`; the
   scores K_h q are scaled by 1/√D (authors' code).
 * `kv_weights="own"` (default): W_K, W_V are the memory's own projections (authors' code);
   `"layer"`: the layer's own W_K, W_V through `project_kv(B)` (no extra parameters).
-* Empty memory (nothing written since the document started): the read is z = 0 (the output is
-  local attention alone) and it adds no KL term. The first write of a document fits B to the L
-  new vectors alone, at t_j = (j − ½) / L over the whole [0, 1] (authors' code), not to a zero past.
-* Gradient stops at the state (`gradient_through_state = False`): B is carried detached, as the
-  authors' code does (`B_past.detach()`), so the read trains W_K, W_V, w_μ, w_σ and the queries,
-  and no gradient reaches past segments through the memory.
+* Empty memory (nothing written since the document started): the read is z = 0 and it adds no KL
+  term. The first write of a document fits its new vectors alone, at t_j = (j − ½) / L over the
+  whole [0, 1] (authors' code), not to a zero past.
+* Gradient stops at the state (`gradient_through_state = False`): B and the STM are carried
+  detached, as the authors' code does (`B_past.detach()`), so the read trains W_K, W_V, w_μ, w_σ
+  and the queries, and no gradient reaches past segments through the memory.
 * Sticky memories (option): the M sample points follow the current segment's read densities
   (summed over heads and queries, histogram of `sticky_bins` bins over [0, 1]); we take them
   deterministically at the quantiles (m − ½) / M of that histogram (the paper samples at random),
@@ -56,7 +77,9 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
+from memzoo.attention import KVPrefix
 from memzoo.config import ModelConfig
+from memzoo.fifo import fifo_init, fifo_push, slot_positions
 from memzoo.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -66,10 +89,12 @@ ProjectKV = Callable[[Tensor], tuple[Tensor, Tensor]]
 
 @dataclass
 class InftyFormerConfig:
+    mem_len: int = 2048  # L_STM: positions in the short-term memory (paper: as long as the segment; 0 = none)
     n_basis: int = 512  # N Gaussian RBFs (split evenly over basis_widths)
     basis_widths: list[float] = field(default_factory=lambda: [0.01, 0.05])  # σ_i of the RBFs
     tau: float = 0.75  # τ: the old signal is contracted into [0, τ]
     ridge_lambda: float = 0.5  # λ of the ridge regression
+    ridge_padding: bool = True  # zero-valued positions outside [0, 1] in the fit (authors' code)
     n_samples: int = 512  # M points at which the old signal is sampled at each write
     kv_weights: str = "own"  # own | layer: W_K, W_V of the memory, or the layer's (project_kv)
     sigma_sq_min: float = 1e-6  # lower clamp of σ² (authors' code)
@@ -102,16 +127,31 @@ def basis_matrix(t: Tensor, mu: Tensor, sigma: Tensor) -> Tensor:
     return gaussian(t[..., None, :], mu[:, None], sigma[:, None] ** 2)
 
 
-def ridge_operator(psi: Tensor, lam: float) -> Tensor:
-    """G = (Ψ Ψᵀ + λI)⁻¹ Ψ for Ψ [..., N, P] -> [..., N, P], so that B = G X."""
+def pad_positions(count: int) -> Tensor:
+    """Zero-valued positions around a fit of `count` points (authors' padding): ⌈count/2⌉ evenly
+    spaced in (−½, 0) and as many in (1, 1½), about the fit's own spacing -> [2⌈count/2⌉]."""
+    n = -(-count // 2)
+    u = (torch.arange(n, dtype=torch.float64) + 0.5) / (2 * n)  # [n] in (0, ½)
+    return torch.cat((u - 0.5, 1.0 + u))
+
+
+def ridge_operator(psi: Tensor, lam: float, psi_pad: Optional[Tensor] = None) -> Tensor:
+    """G = (Ψ Ψᵀ + Ψ_pad Ψ_padᵀ + λI)⁻¹ Ψ for Ψ [..., N, P] -> [..., N, P], so that B = G X.
+
+    Ψ_pad [N, P'] (optional) are positions whose target is 0: they enter the Gram matrix only.
+    """
     n = psi.shape[-2]
     gram = psi @ psi.transpose(-1, -2) + lam * torch.eye(n, dtype=psi.dtype, device=psi.device)
+    if psi_pad is not None:
+        gram = gram + psi_pad @ psi_pad.transpose(-1, -2)
     return torch.linalg.solve(gram, psi)
 
 
-def ridge_fit(x: Tensor, t: Tensor, mu: Tensor, sigma: Tensor, lam: float) -> Tensor:
-    """B = argmin ‖Ψᵀ B − X‖² + λ‖B‖² for X [..., P, d] at positions t [..., P] -> [..., N, d]."""
-    return ridge_operator(basis_matrix(t, mu, sigma), lam) @ x
+def ridge_fit(x: Tensor, t: Tensor, mu: Tensor, sigma: Tensor, lam: float, pad: Optional[Tensor] = None) -> Tensor:
+    """B = argmin ‖Ψᵀ B − X‖² + ‖Ψ_padᵀ B − 0‖² + λ‖B‖² for X [..., P, d] at positions t [..., P]
+    (and zero targets at positions `pad` [P'], if given) -> [..., N, d]."""
+    psi_pad = None if pad is None else basis_matrix(pad.to(t.device), mu, sigma)
+    return ridge_operator(basis_matrix(t, mu, sigma), lam, psi_pad) @ x
 
 
 def signal(b: Tensor, t: Tensor, mu: Tensor, sigma: Tensor) -> Tensor:
@@ -172,7 +212,7 @@ def kl_to_prior(mean: Tensor, var: Tensor, sigma_0: float, mu_0: Optional[float]
 
 @register_memory("infty-former", config=InftyFormerConfig)
 class InftyFormer(LayerMemory):
-    """Local attention plus a continuous-attention read over an RBF signal of the whole past."""
+    """Attention over [short-term memory; segment] plus a continuous read of what left the STM."""
 
     gradient_through_state = False  # B is carried detached (authors' code)
 
@@ -184,6 +224,8 @@ class InftyFormer(LayerMemory):
             raise ValueError(f"infty-former tau={cfg.tau}; expected 0 < tau < 1")
         if cfg.n_samples < 1 or cfg.ridge_lambda <= 0 or cfg.kl_sigma_0 <= 0 or cfg.sticky_bins < 1:
             raise ValueError("infty-former needs n_samples >= 1, ridge_lambda > 0, kl_sigma_0 > 0, sticky_bins >= 1")
+        if isinstance(cfg.mem_len, bool) or not isinstance(cfg.mem_len, int) or cfg.mem_len < 0:
+            raise ValueError(f"infty-former mem_len={cfg.mem_len!r}; expected an int >= 0 (0: no short-term memory)")
         self.n_heads, self.d_head, self.d_model = model.n_heads, model.d_head, model.d_model
         mu, sigma = rbf_basis(cfg.n_basis, list(cfg.basis_widths))
         self.register_buffer("basis_mu", mu, persistent=False)  # [N] float64
@@ -201,14 +243,22 @@ class InftyFormer(LayerMemory):
     # -- state --
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
-        return {
+        """LTM: B [B, N, d] and `written` [B]; STM (mem_len > 0): `stm` [B, C, d] and `stm_valid` [B, C]."""
+        state = {
             "B": torch.zeros(batch_size, self.cfg.n_basis, self.d_model, device=device, dtype=torch.float32),  # [B, N, d]
             "written": torch.zeros(batch_size, dtype=torch.bool, device=device),  # [B] anything stored yet
         }
+        if self.cfg.mem_len > 0:
+            stm = fifo_init(batch_size, self.cfg.mem_len, {"h": (self.d_model,)}, device, torch.float32)
+            state["stm"], state["stm_valid"] = stm["h"], stm["valid"]
+        return state
 
     @classmethod
     def footprint(cls, cfg: InftyFormerConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
-        return {"total": cfg.n_basis * model.d_model * model.n_layers}  # B: n_basis × d_model per layer
+        """B (n_basis × d_model) plus the STM's mem_len hidden states (d_model each), per layer."""
+        long_term = cfg.n_basis * model.d_model * model.n_layers
+        short_term = cfg.mem_len * model.d_model * model.n_layers
+        return {"total": long_term + short_term, "long_term": long_term, "short_term": short_term}
 
     # -- write --
 
@@ -228,13 +278,22 @@ class InftyFormer(LayerMemory):
     def _build_operators(self, length: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
         """The three operators of `operators`, solved in float64 on the CPU."""
         cfg, mu, sigma = self.cfg, self.basis_mu.cpu(), self.basis_sigma.cpu()
-        g_first = ridge_operator(basis_matrix(first_positions(length), mu, sigma), cfg.ridge_lambda)
+        g_first = ridge_operator(basis_matrix(first_positions(length), mu, sigma), cfg.ridge_lambda, self._pad_basis(length))
         s = sample_positions(cfg.n_samples)
         t = torch.cat((cfg.tau * s, new_positions(length, cfg.tau)))  # [M + L]
-        g = ridge_operator(basis_matrix(t, mu, sigma), cfg.ridge_lambda)  # [N, M + L]
+        g = ridge_operator(basis_matrix(t, mu, sigma), cfg.ridge_lambda, self._pad_basis(len(t)))  # [N, M + L]
         g_past, g_new = g[:, : cfg.n_samples], g[:, cfg.n_samples :]
         contract = g_past @ basis_matrix(s, mu, sigma).T  # [N, N]: old B -> its samples -> refit
         return tuple(o.to(device=device, dtype=torch.float32) for o in (g_first, contract, g_new))
+
+    def _pad(self, count: int) -> Optional[Tensor]:
+        """The zero-valued padding positions of a fit of `count` points, or None without padding."""
+        return pad_positions(count) if self.cfg.ridge_padding else None
+
+    def _pad_basis(self, count: int) -> Optional[Tensor]:
+        """Ψ_pad [N, P'] at `_pad(count)` (CPU, float64), or None."""
+        pad = self._pad(count)
+        return None if pad is None else basis_matrix(pad, self.basis_mu.cpu(), self.basis_sigma.cpu())
 
     def write(self, b_old: Tensor, written: Tensor, x: Tensor, sticky: Optional[Tensor]) -> Tensor:
         """B_s from B_{s-1} [B, N, d] and the segment's inputs x [B, L, d]; sticky [B, M] positions or None."""
@@ -248,7 +307,8 @@ class InftyFormer(LayerMemory):
             x_past = signal(b_old.double(), s, mu, sigma)  # [B, M, d]: old signal at s_m
             new = new_positions(x.shape[1], cfg.tau).to(x.device).expand(s.shape[0], -1)
             t = torch.cat((cfg.tau * s, new), dim=1)  # [B, M + L]
-            later = ridge_fit(torch.cat((x_past, x.double()), dim=1), t, mu, sigma, cfg.ridge_lambda).float()
+            pad = self._pad(t.shape[1])
+            later = ridge_fit(torch.cat((x_past, x.double()), dim=1), t, mu, sigma, cfg.ridge_lambda, pad).float()
         return torch.where(written[:, None, None], later, first)
 
     # -- read --
@@ -270,12 +330,24 @@ class InftyFormer(LayerMemory):
         r = expected_basis(mean, var, self.basis_mu.float(), self.basis_sigma.float())  # [B, H, n, N]
         return einsum(r, v, "b h n i, b h i d -> b h n d"), mean, var
 
+    def write_evicted(self, b_old: Tensor, written: Tensor, evicted: Tensor, counts: Tensor,
+                      sticky: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+        """B_s and `written` after the STM evicted counts[b] states in row b: the last counts[b] of
+        evicted [B, L, d] (oldest first). A row that evicted nothing keeps B_{s-1}."""
+        b_new = b_old
+        for e in sorted(set(counts.tolist()) - {0}):  # rows evict different counts only at edges
+            b_e = self.write(b_old, written, evicted[:, evicted.shape[1] - e :], sticky)  # [B, N, d]
+            b_new = torch.where((counts == e)[:, None, None], b_e, b_new)
+        return b_new, written | (counts > 0)
+
     # -- one segment, and S of them --
 
-    def long_term(self, q: Tensor, h: Tensor, project_kv: ProjectKV, state: State) -> tuple[Tensor, State, Tensor, Tensor]:
-        """Read from B_{s-1}, then write B_s. q [B, H, n, D], h [B, n, d] (float32).
+    def long_term(self, q: Tensor, x_new: Tensor, counts: Optional[Tensor], project_kv: ProjectKV,
+                  state: State) -> tuple[Tensor, State, Tensor, Tensor]:
+        """Read from B_{s-1}, then write B_s. q [B, H, n, D], x_new [B, L, d] (float32): the states
+        entering the LTM, all of them (counts None) or the last counts [B] of each row.
 
-        Returns (z [B, H, n, D], state_s, KL sum, number of reads that count).
+        Returns (z [B, H, n, D], LTM state_s, KL sum, number of reads that count).
         """
         b_old, written = state["B"], state["written"]
         z, mean, var = self.read(q, b_old, project_kv)
@@ -290,9 +362,38 @@ class InftyFormer(LayerMemory):
             flat = lambda t: t.detach().double().flatten(1)  # noqa: E731  [B, H * n]
             sticky = sticky_positions(flat(mean), flat(var), self.cfg.n_samples, self.cfg.sticky_bins)
         with torch.no_grad():  # the state is carried detached, so the write needs no graph
-            b_new = self.write(b_old, written, h, sticky)
-        new_state = {"B": b_new.detach(), "written": torch.ones_like(written)}  # gradient stops at the state
+            if counts is None:
+                b_new, written_new = self.write(b_old, written, x_new, sticky), torch.ones_like(written)
+            else:
+                b_new, written_new = self.write_evicted(b_old, written, x_new, counts, sticky)
+        new_state = {"B": b_new.detach(), "written": written_new}  # gradient stops at the state
         return z, new_state, kl_sum, kl_count
+
+    def short_term(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor, Tensor]:
+        """Attention over [STM; segment], then push the segment into the STM.
+
+        Returns (heads [B, H, N, D], STM state_s, evicted h [B, N, d], evicted counts [B]).
+        """
+        stm, valid = state["stm"], state["stm_valid"]  # [B, C, d], [B, C]
+        k_mem, v_mem = x.project_kv(stm.to(x.h.dtype))  # current W_K, W_V on the cached states: [B, H, C, D]
+        prefix = KVPrefix(k_mem, v_mem, slot_positions(stm.shape[1], x.q.device), valid)  # slot i at i − C
+        out = x.attend(x.q, x.k, x.v, prefix=prefix)  # [B, H, N, D]
+        with torch.autocast(device_type=x.q.device.type, enabled=False):
+            kept, evicted = fifo_push({"h": stm, "valid": valid}, {"h": x.h.detach().float()})
+        # valid slots are a time-ordered suffix, so each row's evicted states are the last count of `evicted`
+        return out, {"stm": kept["h"], "stm_valid": kept["valid"]}, evicted["h"], evicted["valid"].sum(dim=1)
+
+    def step(self, x: SegmentInputs, state: State, a_dot: Optional[Tensor] = None) -> tuple[Tensor, State, Tensor, Tensor]:
+        """One segment: [STM; segment] attention (or the given local attention when mem_len = 0) plus
+        the read from B_{s-1}; then the STM push and the LTM write. Returns (heads, state_s, KL sum, count)."""
+        if self.cfg.mem_len > 0:
+            a_dot, stm, x_new, counts = self.short_term(x, state)
+        else:
+            a_dot = x.attend(x.q, x.k, x.v) if a_dot is None else a_dot  # [B, H, N, D]
+            stm, x_new, counts = {}, x.h.float(), None  # every segment enters the LTM
+        with torch.autocast(device_type=x.q.device.type, enabled=False):
+            z, ltm, kl_sum, kl_count = self.long_term(x.q.float(), x_new.float(), counts, x.project_kv, state)
+        return a_dot + z.to(a_dot.dtype), {**ltm, **stm}, kl_sum, kl_count
 
     def _aux(self, kl_sum: Tensor, kl_count: Tensor) -> Tensor:
         """kl_weight × mean KL over the reads that had a memory (0 if none, or if the KL is off)."""
@@ -301,21 +402,18 @@ class InftyFormer(LayerMemory):
         return self.cfg.kl_weight * kl_sum / kl_count.clamp(min=1)
 
     def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
-        """One segment: local attention + read from B_{s-1}; then write B_s."""
-        a_dot = x.attend(x.q, x.k, x.v)  # [B, H, n, D]
-        with torch.autocast(device_type=x.q.device.type, enabled=False):
-            z, state, kl_sum, kl_count = self.long_term(x.q.float(), x.h.float(), x.project_kv, state)
-        return a_dot + z.to(a_dot.dtype), state, self._aux(kl_sum, kl_count)
+        """One segment: attention over [STM; segment] + read from B_{s-1}; then write."""
+        out, state, kl_sum, kl_count = self.step(x, state)
+        return out, state, self._aux(kl_sum, kl_count)
 
     def forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
         s = x.q.shape[1]
-        a_dot = x.local_attention()  # [B, S, H, N, D]: all segments at once
-        reads, kl_sum, kl_count = [], zero_loss(x.q), x.q.new_zeros(())
-        with torch.autocast(device_type=x.q.device.type, enabled=False):
-            for i in range(s):
-                state = self.reset_rows(state, x.reset[:, i])
-                z, state, seg_sum, seg_count = self.long_term(x.q[:, i].float(), x.h[:, i].float(), x.project_kv, state)
-                reads.append(z)
-                kl_sum, kl_count = kl_sum + seg_sum, kl_count + seg_count
-        out = a_dot + torch.stack(reads, dim=1).to(a_dot.dtype)  # [B, S, H, N, D]: z added before W_O
-        return out, state, self._aux(kl_sum, kl_count)
+        # without an STM the segments' own attention does not depend on the state: all S at once
+        a_dot = x.local_attention() if self.cfg.mem_len == 0 else None  # [B, S, H, N, D]
+        outs, kl_sum, kl_count = [], zero_loss(x.q), x.q.new_zeros(())
+        for i in range(s):
+            state = self.reset_rows(state, x.reset[:, i])
+            out, state, seg_sum, seg_count = self.step(x.segment(i), state, None if a_dot is None else a_dot[:, i])
+            outs.append(out)
+            kl_sum, kl_count = kl_sum + seg_sum, kl_count + seg_count
+        return torch.stack(outs, dim=1), state, self._aux(kl_sum, kl_count)  # [B, S, H, N, D]
