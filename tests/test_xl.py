@@ -233,3 +233,33 @@ def test_card_defaults_match_config() -> None:
     from dataclasses import asdict
 
     assert get_card("xl").defaults == asdict(XLConfig())
+
+
+def test_hidden_cache_projects_only_the_states_held(monkeypatch) -> None:
+    """cache=hidden with mem_len 1,024 against 24 (what 4 segments of 8 fill): the same logits and
+    gradients, and keys/values are recomputed for the filled slots only (row 1 restarts at segment 2)."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randint(0, 256, (B, 4, N), generator=g)
+    reset = torch.zeros(B, 4, dtype=torch.bool)
+    reset[:, 0] = True
+    reset[1, 2] = True
+    projected: list[int] = []
+    real = TransformerXL._prefix
+
+    def spy(self, inputs, state):
+        prefix = real(self, inputs, state)
+        projected.append(0 if prefix is None else prefix.k.shape[2])
+        return prefix
+
+    monkeypatch.setattr(TransformerXL, "_prefix", spy)
+    results = []
+    for mem_len in (1024, 24):
+        torch.manual_seed(0)
+        model = MemoryModel(tiny_model_config(n_layers=1, segment_len=N), "xl", XLConfig(mem_len=mem_len, cache="hidden"))
+        out = model(x, None, reset)
+        out.logits.square().sum().backward()
+        results.append((out.logits, [p.grad for p in model.parameters()]))
+    (logits_big, grads_big), (logits_small, grads_small) = results
+    assert projected[:4] == [0, 8, 16, 24], "per segment: the slots held so far (row 0 never resets)"
+    assert torch.equal(logits_big, logits_small)
+    assert all(torch.equal(a, b) for a, b in zip(grads_big, grads_small))

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from memzoo.attention import KVPrefix
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, fifo_reset, kv_prefix, kv_slot_shapes, push_kv, slot_positions
+from memzoo.fifo import fifo_init, fifo_push, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv, slot_positions
 from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -85,12 +85,15 @@ class TransformerXL(LayerMemory):
             return {"total": table1}
         return {"total": model.d_model * cfg.mem_len * model.n_layers, "table1": table1}
 
-    def _prefix(self, x: SegmentInputs, state: State) -> KVPrefix:
+    def _prefix(self, x: SegmentInputs, state: State) -> KVPrefix | None:
         """The memory as keys/values before the segment (no positional encoding stored)."""
         if self.cfg.cache == "kv":
             return kv_prefix(state)
-        mem_k, mem_v = x.project_kv(state["h"].to(x.h.dtype))  # current W_K, W_V on cached hidden states
-        return KVPrefix(mem_k, mem_v, slot_positions(state["valid"].shape[1], x.q.device), state["valid"])
+        held = filled(state)  # project and attend the slots held, not the capacity
+        if held["valid"].shape[1] == 0:
+            return None
+        mem_k, mem_v = x.project_kv(held["h"].to(x.h.dtype))  # current W_K, W_V on cached hidden states
+        return KVPrefix(mem_k, mem_v, slot_positions(held["valid"].shape[1], x.q.device), held["valid"])
 
     def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
         """Attend over [memory_s; segment] (causal), then push the segment into the memory (SG)."""
