@@ -78,6 +78,7 @@ class EvalConfig:
     max_docs: int = 64  # documents streamed from the split
     max_segments_per_doc: int = 16  # documents are truncated here; bpb is reported per segment index
     split: str = "valid"
+    recall_examples: int = 256  # recall across segments (task.gap_segments >= 1): held-out examples scored
 
 
 @dataclass
@@ -92,6 +93,11 @@ class TaskConfig:
     key_digits: int = 5  # passkey: digits of the key
     pairs: int = 16  # recall: key-value pairs
     queries: int = 8  # recall: keys asked again
+    # recall across segments (the capacity suite): 0 = the free layout above (pairs, filler up to a
+    # length, queries); g >= 1 = the pairs in segment 0 and the queries, drawn with replacement, at
+    # the start of segment g (examples of g + 1 segments; `lengths` is not used).
+    gap_segments: int = 0
+    local_queries: int = 0  # recall across segments: training queries right after the pairs, in segment 0
 
 
 @dataclass
@@ -207,7 +213,7 @@ def resolve(cfg: DictConfig) -> DictConfig:
     from memzoo.tasks import check_task
 
     try:
-        check_task(cfg.task)
+        check_task(cfg.task, cfg.model.segment_len)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     return cfg
