@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from omegaconf import DictConfig
 
 from memzoo.model import MemoryModel
 from memzoo.tasks import SegmentRecallExample, recall_chance, segment_recall_example
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EVAL_SEED_OFFSET = 7_919_000_003  # held-out examples: a generator no training step uses
 
@@ -29,7 +32,8 @@ def recall_examples(task: Any, segment_len: int, count: int, seed: int) -> list[
     if count < 1:
         raise ValueError(f"recall examples={count}; expected >= 1")
     gen = torch.Generator().manual_seed(EVAL_SEED_OFFSET + seed)
-    return [segment_recall_example(gen, segment_len, task.pairs, task.queries, task.gap_segments)
+    alphabet = getattr(task, "alphabet", 64)
+    return [segment_recall_example(gen, segment_len, task.pairs, task.queries, task.gap_segments, 0, alphabet)
             for _ in range(count)]
 
 
@@ -106,6 +110,7 @@ def write_capacity_result(run_dir: Path, cfg: DictConfig, model: MemoryModel,
         "footprint_tokens": segments * mcfg.segment_len,
         "lr": float(cfg.train.lr), "d_model": int(mcfg.d_model), "pairs": int(task.pairs),
         "gap_segments": int(task.gap_segments), "queries": int(task.queries), "local_queries": int(task.local_queries),
+        "alphabet": int(task.alphabet),
         **metrics, "recall_examples": count,
         "final_train_loss_bpb": train_rows[-1]["train_bpb"] if train_rows else None,
         "train_steps": int(cfg.train.steps),
@@ -117,3 +122,15 @@ def write_capacity_result(run_dir: Path, cfg: DictConfig, model: MemoryModel,
     tmp.write_text(json.dumps(row, indent=1))
     tmp.replace(run_dir / "result.json")
     return row
+
+
+def capacity_summary(df: "pd.DataFrame") -> "pd.DataFrame":
+    """Per method, memory size and cell: runs, state, and recall accuracy, chance and the reset
+    ablation averaged over seeds (plain means and sd; memzoo.analysis adds the intervals)."""
+    keys = ["method", *sorted(c for c in df.columns if c.startswith("grid_")),
+            *[c for c in ("d_model", "lr", "pairs", "gap_segments") if c in df.columns]]
+    out = df.groupby(keys, dropna=False).agg(
+        runs=("seed", "count"), footprint=("footprint_measured", "mean"), accuracy=("recall_accuracy", "mean"),
+        accuracy_sd=("recall_accuracy", "std"), chance=("recall_chance", "mean"),
+        accuracy_reset=("recall_accuracy_reset", "mean"))
+    return out.reset_index().sort_values(["method", "footprint"]).reset_index(drop=True)

@@ -98,6 +98,7 @@ class TaskConfig:
     # the start of segment g (examples of g + 1 segments; `lengths` is not used).
     gap_segments: int = 0
     local_queries: int = 0  # recall across segments: training queries right after the pairs, in segment 0
+    alphabet: int = 64  # recall across segments: keys and values drawn from this many bytes each (<= 64)
 
 
 @dataclass

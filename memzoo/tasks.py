@@ -138,13 +138,13 @@ def _filler(length: int) -> bytes:
 
 
 def segment_recall_example(gen: torch.Generator, segment_len: int, pairs: int, queries: int, gap_segments: int,
-                           local_queries: int = 0) -> SegmentRecallExample:
+                           local_queries: int = 0, alphabet: int = ALPHABET) -> SegmentRecallExample:
     """P distinct keys with random values at the start of segment 0 (then `local_queries` of them
     asked again there, for training), filler, and Q queries drawn with replacement at the start of
-    segment `gap_segments`."""
-    check_segment_recall(segment_len, pairs, queries, gap_segments, local_queries)
-    keys = torch.randperm(ALPHABET, generator=gen)[:pairs] + KEY_BASE  # [P]
-    values = torch.randint(0, ALPHABET, (pairs,), generator=gen) + VALUE_BASE  # [P]
+    segment `gap_segments`. Keys and values come from the first `alphabet` bytes of their ranges."""
+    check_segment_recall(segment_len, pairs, queries, gap_segments, local_queries, alphabet)
+    keys = torch.randperm(alphabet, generator=gen)[:pairs] + KEY_BASE  # [P]
+    values = torch.randint(0, alphabet, (pairs,), generator=gen) + VALUE_BASE  # [P]
     local = torch.randint(0, pairs, (local_queries,), generator=gen)  # [Q_local] with replacement
     asked = torch.randint(0, pairs, (queries,), generator=gen)  # [Q] with replacement
     interleave = lambda idx: bytes(torch.stack((keys[idx], values[idx]), 1).flatten().tolist())  # noqa: E731
@@ -160,10 +160,13 @@ def segment_recall_example(gen: torch.Generator, segment_len: int, pairs: int, q
                                 bytes(values.tolist()), gap_segments)
 
 
-def check_segment_recall(segment_len: int, pairs: int, queries: int, gap_segments: int, local_queries: int) -> None:
+def check_segment_recall(segment_len: int, pairs: int, queries: int, gap_segments: int, local_queries: int,
+                         alphabet: int = ALPHABET) -> None:
     """Raise naming the bad value: the pairs (and local queries) and the queries must fit a segment."""
-    if not 1 <= pairs <= ALPHABET:
-        raise ValueError(f"recall pairs={pairs}; expected 1..{ALPHABET} (one byte per key)")
+    if not 1 <= alphabet <= ALPHABET:
+        raise ValueError(f"recall alphabet={alphabet}; expected 1..{ALPHABET} (key and value bytes to draw from)")
+    if not 1 <= pairs <= alphabet:
+        raise ValueError(f"recall pairs={pairs}; expected 1..alphabet={alphabet} (one byte per key)")
     if queries < 1:
         raise ValueError(f"recall queries={queries}; expected >= 1 (drawn with replacement across segments)")
     if gap_segments < 1:
@@ -199,7 +202,8 @@ def check_task(task, segment_len: int | None = None) -> None:
         passkey_prompt(min(task.lengths), 0.0, "1" * task.key_digits)  # raises if too short
     if task.name == "recall" and task.gap_segments:
         if segment_len is not None:
-            check_segment_recall(segment_len, task.pairs, task.queries, task.gap_segments, task.local_queries)
+            check_segment_recall(segment_len, task.pairs, task.queries, task.gap_segments, task.local_queries,
+                                 task.alphabet)
     elif task.name == "recall":
         if task.local_queries:
             raise ValueError(f"task.local_queries={task.local_queries} needs task.gap_segments >= 1 (recall across segments)")
@@ -229,7 +233,7 @@ class TaskSampler:
             return seq, list(range(len(p.prompt) - 1, len(seq) - 1))
         if self.task.gap_segments:
             t = self.task
-            seg = segment_recall_example(gen, self.n, t.pairs, t.queries, t.gap_segments, t.local_queries)
+            seg = segment_recall_example(gen, self.n, t.pairs, t.queries, t.gap_segments, t.local_queries, t.alphabet)
             return seg.tokens, seg.answer_positions
         ex = recall_example(gen, length, self.task.pairs, self.task.queries)
         return ex.tokens, ex.answer_positions

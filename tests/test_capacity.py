@@ -2,13 +2,17 @@
 that knows the stored values but not their keys, and the reset ablation."""
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import torch
 from torch import Tensor, nn
 
 from memzoo.capacity import accuracy, capacity_metrics, predict_scored, recall_examples
+from memzoo.compare import load_suite, run_suite
 from memzoo.config import ModelConfig
 from memzoo.tasks import KEY_BASE, VALUE_BASE, recall_chance, segment_recall_example
 
@@ -79,6 +83,10 @@ def test_segment_recall_rejects_bad_input() -> None:
         segment_recall_example(gen, 32, 12, 4, gap_segments=1, local_queries=6)
     with pytest.raises(ValueError, match="queries=20 take 40 bytes"):
         segment_recall_example(gen, 32, 4, 20, gap_segments=1)
+    with pytest.raises(ValueError, match="pairs=4; expected 1..alphabet=3"):
+        segment_recall_example(gen, 32, 4, 4, gap_segments=1, alphabet=3)
+    ex = segment_recall_example(gen, 32, 4, 8, gap_segments=1, alphabet=5)
+    assert all(KEY_BASE <= k < KEY_BASE + 5 and VALUE_BASE <= v < VALUE_BASE + 5 for k, v in zip(ex.tokens[:8:2], ex.tokens[1:8:2]))
 
 
 def test_knowing_the_values_but_not_the_keys_scores_chance() -> None:
@@ -110,3 +118,41 @@ def test_reset_before_the_query_segment_removes_what_memory_carried() -> None:
     assert local["recall_accuracy"] == local["recall_accuracy_reset"] == 0.0
     # predictions are read at the scored positions (the byte after each scored key)
     assert predict_scored(OracleRecall(32), examples[:3]) == [list(e.answers) for e in examples[:3]]
+
+
+def test_tiny_capacity_suite_writes_the_schema_columns(tmp_path: Path) -> None:
+    """A capacity suite end to end: one row per run with the shared schema's columns, the sweep
+    over a run-config key applied to every method, a method's own grid, and the reset ablation."""
+    path = tmp_path / "cap.yaml"
+    path.write_text(textwrap.dedent(f"""
+        name: cap
+        base: small
+        out_dir: {tmp_path / 'results'}
+        threads_per_job: 1
+        jobs: 2
+        run:
+          model: {{d_model: 32, n_layers: 2, n_heads: 2, segment_len: 8}}
+          task: {{name: recall, pairs: 2, queries: 3, local_queries: 1, gap_segments: 1}}
+          train: {{steps: 3, batch_size: 4, bptt_segments: 8, warmup_steps: 1, checkpoint_every: 0, log_every: 1}}
+          eval: {{recall_examples: 16}}
+        methods: [local, xl]
+        seeds: [0]
+        sweep: {{train.lr: [0.004]}}
+        grid: {{xl: {{mem_len: [4, 8]}}}}
+    """))
+    suite = load_suite(str(path))
+    run_suite(suite, progress=False)
+    table = pd.read_parquet(tmp_path / "results" / "cap" / "results.parquet")
+    assert len(table) == 3
+    for col in ("method", "seed", "params", "footprint_measured", "footprint_analytic", "lr", "d_model", "grid_mem_len",
+                "pairs", "gap_segments", "recall_accuracy", "recall_chance", "recall_accuracy_reset", "recall_queries",
+                "suite"):
+        assert col in table.columns, col
+    assert (table["suite"] == "cap").all() and (table["lr"] == 0.004).all() and (table["d_model"] == 32).all()
+    assert (table["gap_segments"] == 1).all() and (table["pairs"] == 2).all()
+    xl = table[table["method"] == "xl"]
+    assert sorted(zip(xl["grid_mem_len"], xl["footprint_measured"])) == [(4, 4 * 64 * 2), (8, 8 * 64 * 2)]
+    assert (table[table["method"] == "local"]["footprint_measured"] == 0).all()
+    assert table["recall_chance"].between(0.5, 1.0).all() and (table["recall_queries"] > 16).all()
+    local = table[table["method"] == "local"]
+    assert (local["recall_accuracy"] == local["recall_accuracy_reset"]).all()  # nothing to reset
