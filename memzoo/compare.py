@@ -147,6 +147,14 @@ def sweep_points(suite: DictConfig) -> list[dict[str, Any]]:
     return _grid_points(sweep)
 
 
+def _apply_run_keys(cfg: DictConfig, values: dict[str, Any]) -> None:
+    """Set the dotted run-config keys among `values` (a sweep point, or a grid's model.n_heads); the
+    others are memory options."""
+    for key, value in values.items():
+        if "." in key:
+            OmegaConf.update(cfg, key, value, force_add=False)
+
+
 def suite_dir(suite: DictConfig) -> Path:
     return Path(suite.out_dir) / suite.name
 
@@ -161,26 +169,22 @@ def expand(suite: DictConfig) -> list[RunSpec]:
         # A per-method preset brings its own memory options; a shared base's belong to another method.
         preset_options = {k: v for k, v in base["memory"].items() if k != "name"} if preset.memory.name == method else {}
         options = {**preset_options, **dict(suite.options.get(method, {}) or {})}
-        for point, sweep, seed in itertools.product(_grid_points(dict(suite.grid.get(method, {}) or {})),
-                                                 sweep_points(suite), suite.seeds):
-            name = _run_name(method, point, seed, sweep)
-            cfg = OmegaConf.merge(base, suite.run or {})
-            for key, value in sweep.items():
-                OmegaConf.update(cfg, key, value, force_add=False)
-            for key, value in point.items():  # a dotted grid key is a run-config key (e.g. model.n_heads)
-                if "." in key:
-                    OmegaConf.update(cfg, key, value, force_add=False)
-            cfg.memory = {"name": method, **options, **{k: v for k, v in point.items() if "." not in k}}
-            cfg.methods = {}
-            cfg.seed, cfg.name, cfg.out_dir = int(seed), name, str(root / "runs")
-            cfg = resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=f"suite run {name}"))
-            if suite.token_budget:
-                per_step = cfg.train.batch_size * cfg.train.window_segments * cfg.model.segment_len
-                cfg.train.steps = max(1, int(suite.token_budget) // per_step)
-            pretrain = None
-            if suite.finetune:
-                pretrain, cfg = cfg, _finetune_config(cfg, suite.finetune, root, name)
-            specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain, sweep))
+        for point, sweep in itertools.product(_grid_points(dict(suite.grid.get(method, {}) or {})), sweep_points(suite)):
+            for seed in suite.seeds:
+                name = _run_name(method, point, seed, sweep)
+                cfg = OmegaConf.merge(base, suite.run or {})
+                _apply_run_keys(cfg, {**sweep, **point})
+                cfg.memory = {"name": method, **options, **{k: v for k, v in point.items() if "." not in k}}
+                cfg.methods = {}
+                cfg.seed, cfg.name, cfg.out_dir = int(seed), name, str(root / "runs")
+                cfg = resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=f"suite run {name}"))
+                if suite.token_budget:
+                    per_step = cfg.train.batch_size * cfg.train.window_segments * cfg.model.segment_len
+                    cfg.train.steps = max(1, int(suite.token_budget) // per_step)
+                pretrain = None
+                if suite.finetune:
+                    pretrain, cfg = cfg, _finetune_config(cfg, suite.finetune, root, name)
+                specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain, sweep))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError("two suite runs share a name; check the grid and seeds for duplicates")

@@ -154,3 +154,20 @@ def test_tiny_capacity_suite_writes_the_schema_columns(tmp_path: Path) -> None:
     assert sorted(zip(xl["grid_mem_len"], xl["footprint_measured"])) == [(4, 4 * 64 * 2), (8, 8 * 64 * 2)]
     assert table["recall_chance"].between(0.5, 1.0).all() and (table["recall_queries"] > 16).all()
     assert table["recall_accuracy"].between(0, 1).all() and table["recall_accuracy_reset"].between(0, 1).all()
+
+
+def test_sweep_and_dotted_grid_keys_set_run_config_values(tmp_path: Path) -> None:
+    """A suite's sweep sets run-config keys for every method; a dotted grid key (Infini's head width)
+    sets one for that method only; a misspelt key is an error naming it."""
+    from memzoo.compare import expand
+    from memzoo.config import ConfigError
+
+    specs = expand(load_suite("capacity", ["methods=[local,infini-delta]", "sweep={train.lr: [0.001, 0.01]}",
+                                           "seeds=[0]"]))
+    assert sorted((s.method, s.cfg.model.n_heads, s.cfg.train.lr) for s in specs) == [
+        ("infini-delta", 2, 0.001), ("infini-delta", 2, 0.01), ("infini-delta", 4, 0.001), ("infini-delta", 4, 0.01),
+        ("local", 2, 0.001), ("local", 2, 0.01)]
+    assert all("model.n_heads" not in s.cfg.memory for s in specs)
+    assert {s.name for s in specs if s.method == "local"} == {"local-lr0.001-s0", "local-lr0.01-s0"}
+    with pytest.raises(ConfigError, match="'train.lrr' is not a run-config key"):
+        expand(load_suite("capacity", ["methods=[local]", "sweep={train.lrr: [0.001]}"]))
