@@ -34,6 +34,10 @@ class ModelConfig:
     dropout: float = 0.0
     attention_backend: str = "auto"  # auto | sdpa | xformers (xformers: CUDA only)
     checkpoint_activations: bool = False
+    # small: normal(0.02), residual projections 0.02/sqrt(2 n_layers) (GPT-2's); torch: PyTorch's own
+    # defaults (Linear kaiming-uniform, Embedding N(0, 1)), with which tiny models trained from scratch
+    # learn associative recall (the capacity suite; README "Which memory recalls the most ...").
+    init: str = "small"
 
     @property
     def d_head(self) -> int:
@@ -205,6 +209,8 @@ def resolve(cfg: DictConfig) -> DictConfig:
         raise ConfigError(
             f"train.precision={cfg.train.precision!r}; expected fp32 or bf16 (fp16 would need loss scaling; use bf16)"
         )
+    if cfg.model.init not in ("small", "torch"):
+        raise ConfigError(f"model.init={cfg.model.init!r}; expected small or torch")
     if cfg.model.attention_backend not in ("auto", "sdpa", "xformers"):
         raise ConfigError(f"model.attention_backend={cfg.model.attention_backend!r}; expected auto, sdpa or xformers")
     if cfg.train.bptt_segments < 1 or (cfg.task.name == "lm" and cfg.train.window_segments % cfg.train.bptt_segments):

@@ -166,8 +166,24 @@ def test_sweep_and_dotted_grid_keys_set_run_config_values(tmp_path: Path) -> Non
                                            "seeds=[0]"]))
     assert sorted((s.method, s.cfg.model.n_heads, s.cfg.train.lr) for s in specs) == [
         ("infini-delta", 2, 0.001), ("infini-delta", 2, 0.01), ("infini-delta", 4, 0.001), ("infini-delta", 4, 0.01),
-        ("local", 2, 0.001), ("local", 2, 0.01)]
+        ("local", 4, 0.001), ("local", 4, 0.01)]
     assert all("model.n_heads" not in s.cfg.memory for s in specs)
     assert {s.name for s in specs if s.method == "local"} == {"local-lr0.001-s0", "local-lr0.01-s0"}
     with pytest.raises(ConfigError, match="'train.lrr' is not a run-config key"):
         expand(load_suite("capacity", ["methods=[local]", "sweep={train.lrr: [0.001]}"]))
+
+
+def test_model_init_torch_uses_pytorchs_default_scales() -> None:
+    """model.init=torch: embeddings N(0, 1) (the tied head with them), linears kaiming-uniform
+    (std 1/sqrt(3 fan_in)); the default keeps normal(0.02); anything else is an error naming it."""
+    from memzoo.config import ConfigError, load_config
+    from memzoo.train import build_model
+
+    torch.manual_seed(0)
+    torch_init = build_model(load_config("local", ["model.init=torch", "model.d_model=64", "model.n_heads=2"]))
+    small = build_model(load_config("local", ["model.d_model=64", "model.n_heads=2"]))
+    assert abs(float(torch_init.embed.weight.std()) - 1.0) < 0.05 and torch_init.head.weight is torch_init.embed.weight
+    assert abs(float(torch_init.blocks[0].attn.qkv.weight.std()) - (3 * 64) ** -0.5) < 0.01
+    assert abs(float(small.embed.weight.std()) - 0.02) < 0.002 and abs(float(small.blocks[0].attn.qkv.weight.std()) - 0.02) < 0.002
+    with pytest.raises(ConfigError, match="model.init='xavier'"):
+        load_config("local", ["model.init=xavier"])
