@@ -28,12 +28,13 @@ EVAL_SEED_OFFSET = 7_919_000_003  # held-out examples: a generator no training s
 
 
 def recall_examples(task: Any, segment_len: int, count: int, seed: int) -> list[SegmentRecallExample]:
-    """`count` held-out examples of the run's task (deterministic in seed)."""
+    """`count` held-out examples of the run's task, in its training layout (deterministic in seed)."""
     if count < 1:
         raise ValueError(f"recall examples={count}; expected >= 1")
     gen = torch.Generator().manual_seed(EVAL_SEED_OFFSET + seed)
-    alphabet = getattr(task, "alphabet", 64)
-    return [segment_recall_example(gen, segment_len, task.pairs, task.queries, task.gap_segments, 0, alphabet)
+    # The training layout, local queries included (they are not scored): the same inputs the model learned on.
+    local, alphabet = getattr(task, "local_queries", 0), getattr(task, "alphabet", 64)
+    return [segment_recall_example(gen, segment_len, task.pairs, task.queries, task.gap_segments, local, alphabet)
             for _ in range(count)]
 
 

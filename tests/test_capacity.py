@@ -187,3 +187,12 @@ def test_model_init_torch_uses_pytorchs_default_scales() -> None:
     assert abs(float(small.embed.weight.std()) - 0.02) < 0.002 and abs(float(small.blocks[0].attn.qkv.weight.std()) - 0.02) < 0.002
     with pytest.raises(ConfigError, match="model.init='xavier'"):
         load_config("local", ["model.init=xavier"])
+
+
+def test_held_out_examples_have_the_training_layout() -> None:
+    """Evaluation examples carry the run's within-segment queries too (a model is scored on inputs
+    laid out as in training), scored only across segments."""
+    task = SimpleNamespace(pairs=4, queries=8, gap_segments=1, local_queries=4, alphabet=8)
+    for e in recall_examples(task, 16, 20, seed=0):
+        assert e.answer_positions[:4] == [8, 10, 12, 14] and all(p >= 16 for p in e.scored_positions)
+        assert all(KEY_BASE <= b < KEY_BASE + 8 for b in e.tokens[8:16:2])
