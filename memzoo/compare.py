@@ -33,7 +33,8 @@ class SuiteConfig:
     methods: Any = "all"  # "all": every registered method (plugins from other packages too), or a list
     exclude: list[str] = field(default_factory=list)
     options: Any = field(default_factory=dict)  # {method: {memory option: value}}
-    grid: Any = field(default_factory=dict)  # {method: {memory option: [values, ...]}}: one run per combination
+    # {method: {memory option or dotted run-config key (model.n_heads): [values, ...]}}: one run per combination
+    grid: Any = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: [0])
     token_budget: Optional[int] = None  # training bytes per run, the same for every method (sets train.steps)
     imports: list[str] = field(default_factory=list)  # modules or .py files to import first (notebook plugins)
@@ -50,6 +51,10 @@ class SuiteConfig:
     # Cluster settings for `--launcher slurm|submitit-local` (memzoo.launchers.LauncherConfig):
     # partition, account, gpus_per_node, cpus_per_task, mem_gb, timeout_min, additional, setup, ...
     launcher: Any = field(default_factory=dict)
+    # Optional sweep over run-config keys applied to every method, one run per combination
+    # (e.g. {"train.lr": [0.001, 0.003], "model.d_model": [32, 64], "task.gap_segments": [1, 2]}).
+    # Parameter counts are then compared within each model.d_model group.
+    sweep: Any = field(default_factory=dict)
 
 
 @dataclass
@@ -60,6 +65,7 @@ class RunSpec:
     cfg: DictConfig  # the run whose row the table gets (the fine-tuned one when there is a fine-tuning stage)
     grid: dict[str, Any]
     pretrain: Optional[DictConfig] = None  # the language-model stage fine-tuning starts from
+    sweep: dict[str, Any] = field(default_factory=dict)  # run-config values of this run's sweep point
 
     @property
     def run_dir(self) -> Path:
@@ -124,9 +130,32 @@ def _grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, values)) for values in itertools.product(*(list(grid[k]) for k in keys))]
 
 
-def _run_name(method: str, point: dict[str, Any], seed: int) -> str:
-    tag = "".join(f"-{k}{v}" for k, v in point.items())
+def _run_name(method: str, point: dict[str, Any], seed: int, sweep: Optional[dict[str, Any]] = None) -> str:
+    tag = "".join(f"-{k.rsplit('.', 1)[-1]}{v}" for k, v in {**point, **(sweep or {})}.items())
     return f"{method}{tag}-s{seed}"
+
+
+def sweep_points(suite: DictConfig) -> list[dict[str, Any]]:
+    """Every combination of the suite's run-config sweep ({} when there is none); keys are checked
+    against the run-config schema."""
+    sweep = OmegaConf.to_container(suite.sweep, resolve=True) if suite.sweep else {}
+    schema = OmegaConf.structured(RunConfig)
+    for key, values in sweep.items():
+        if key.split(".", 1)[0] == "memory":
+            raise ConfigError(f"suite.sweep key {key!r}: memory options belong in suite.grid (per method)")
+        if OmegaConf.select(schema, key, default="__missing__") == "__missing__":
+            raise ConfigError(f"suite.sweep key {key!r} is not a run-config key (e.g. train.lr, model.d_model, task.pairs)")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"suite.sweep[{key!r}]={values!r}; expected a non-empty list of values")
+    return _grid_points(sweep)
+
+
+def _apply_run_keys(cfg: DictConfig, values: dict[str, Any]) -> None:
+    """Set the dotted run-config keys among `values` (a sweep point, or a grid's model.n_heads); the
+    others are memory options."""
+    for key, value in values.items():
+        if "." in key:
+            OmegaConf.update(cfg, key, value, force_add=False)
 
 
 def suite_dir(suite: DictConfig) -> Path:
@@ -143,11 +172,12 @@ def expand(suite: DictConfig) -> list[RunSpec]:
         # A per-method preset brings its own memory options; a shared base's belong to another method.
         preset_options = {k: v for k, v in base["memory"].items() if k != "name"} if preset.memory.name == method else {}
         options = {**preset_options, **dict(suite.options.get(method, {}) or {})}
-        for point in _grid_points(dict(suite.grid.get(method, {}) or {})):
+        for point, sweep in itertools.product(_grid_points(dict(suite.grid.get(method, {}) or {})), sweep_points(suite)):
             for seed in suite.seeds:
-                name = _run_name(method, point, seed)
+                name = _run_name(method, point, seed, sweep)
                 cfg = OmegaConf.merge(base, suite.run or {})
-                cfg.memory = {"name": method, **options, **point}
+                _apply_run_keys(cfg, {**sweep, **point})
+                cfg.memory = {"name": method, **options, **{k: v for k, v in point.items() if "." not in k}}
                 cfg.methods = {}
                 cfg.seed, cfg.name, cfg.out_dir = int(seed), name, str(root / "runs")
                 cfg = resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=f"suite run {name}"))
@@ -157,7 +187,7 @@ def expand(suite: DictConfig) -> list[RunSpec]:
                 pretrain = None
                 if suite.finetune:
                     pretrain, cfg = cfg, _finetune_config(cfg, suite.finetune, root, name)
-                specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain))
+                specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain, sweep))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError("two suite runs share a name; check the grid and seeds for duplicates")
@@ -223,6 +253,15 @@ def check_parameter_spread(counts: dict[str, int], limit: float) -> float:
     return spread
 
 
+def check_parameter_spread_by_width(specs: list[RunSpec], counts: dict[str, int], limit: float) -> float:
+    """The spread check within each model.d_model group (a d_model sweep changes every count on
+    purpose); returns the largest spread."""
+    groups: dict[int, dict[str, int]] = {}
+    for s in specs:
+        groups.setdefault(int(s.cfg.model.d_model), {})[s.name] = counts[s.name]
+    return max(check_parameter_spread(group, limit) for group in groups.values())
+
+
 def result_row(run_dir: Path, spec_grid: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """A finished run's result.json as a flat table row (bpb by segment as bpb_seg_<i> columns too)."""
     row = json.loads((run_dir / "result.json").read_text())
@@ -233,8 +272,8 @@ def result_row(run_dir: Path, spec_grid: Optional[dict[str, Any]] = None) -> dic
         if task in row:
             row[f"{task}_json"] = json.dumps(row.pop(task))
     row["run_dir"] = str(run_dir)
-    for key, value in (spec_grid or {}).items():
-        row[f"grid_{key}"] = value
+    for key, value in (spec_grid or {}).items():  # grid_mem_len, ...; a run-config key by its last part
+        row[f"grid_{key.rsplit('.', 1)[-1]}"] = value
     return row
 
 
@@ -244,6 +283,7 @@ def write_table(root: Path, specs: list[RunSpec]) -> pd.DataFrame:
     for s in specs:
         if (s.run_dir / "result.json").is_file():
             row = result_row(s.run_dir, s.grid)
+            row["suite"] = root.name
             pretrained = Path(s.cfg.out_dir) / f"{s.name}-lm" / "result.json"
             if s.pretrain is not None and pretrained.is_file():  # before fine-tuning: what it cost the LM
                 row["pretrain_valid_bpb"] = json.loads(pretrained.read_text()).get("valid_bpb")
@@ -335,7 +375,7 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
     root.mkdir(parents=True, exist_ok=True)
     specs = expand(suite)
     counts = parameter_counts(specs)
-    spread = check_parameter_spread(counts, suite.max_param_spread)
+    spread = check_parameter_spread_by_width(specs, counts, suite.max_param_spread)
     (root / "suite.yaml").write_text(OmegaConf.to_yaml(suite))
     (root / "params.json").write_text(json.dumps({"counts": counts, "spread": spread}, indent=1))
     if progress:

@@ -35,6 +35,10 @@ class ModelConfig:
     dropout: float = 0.0
     attention_backend: str = "auto"  # auto | sdpa | xformers (xformers: CUDA only)
     checkpoint_activations: bool = False
+    # small: normal(0.02), residual projections 0.02/sqrt(2 n_layers) (GPT-2's); torch: PyTorch's own
+    # defaults (Linear kaiming-uniform, Embedding N(0, 1)), with which tiny models trained from scratch
+    # learn associative recall (the capacity suite; README "Which memory recalls the most ...").
+    init: str = "small"
 
     @property
     def d_head(self) -> int:
@@ -81,6 +85,7 @@ class EvalConfig:
     max_docs: int = 64  # documents streamed from the split
     max_segments_per_doc: int = 16  # documents are truncated here; bpb is reported per segment index
     split: str = "valid"
+    recall_examples: int = 256  # recall across segments (task.gap_segments >= 1): held-out examples scored
 
 
 @dataclass
@@ -95,6 +100,12 @@ class TaskConfig:
     key_digits: int = 5  # passkey: digits of the key
     pairs: int = 16  # recall: key-value pairs
     queries: int = 8  # recall: keys asked again
+    # recall across segments (the capacity suite): 0 = the free layout above (pairs, filler up to a
+    # length, queries); g >= 1 = the pairs in segment 0 and the queries, drawn with replacement, at
+    # the start of segment g (examples of g + 1 segments; `lengths` is not used).
+    gap_segments: int = 0
+    local_queries: int = 0  # recall across segments: training queries right after the pairs, in segment 0
+    alphabet: int = 64  # recall across segments: keys and values drawn from this many bytes each (<= 64)
 
 
 @dataclass
@@ -201,6 +212,8 @@ def resolve(cfg: DictConfig) -> DictConfig:
         raise ConfigError(
             f"train.precision={cfg.train.precision!r}; expected fp32, bf16 or auto (fp16 would need loss scaling; use bf16)"
         )
+    if cfg.model.init not in ("small", "torch"):
+        raise ConfigError(f"model.init={cfg.model.init!r}; expected small or torch")
     if cfg.model.attention_backend not in ("auto", "sdpa", "xformers"):
         raise ConfigError(f"model.attention_backend={cfg.model.attention_backend!r}; expected auto, sdpa or xformers")
     if cfg.train.bptt_segments < 1 or (cfg.task.name == "lm" and cfg.train.window_segments % cfg.train.bptt_segments):
@@ -210,7 +223,7 @@ def resolve(cfg: DictConfig) -> DictConfig:
     from memzoo.tasks import check_task
 
     try:
-        check_task(cfg.task)
+        check_task(cfg.task, cfg.model.segment_len)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     return cfg

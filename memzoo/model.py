@@ -129,10 +129,17 @@ class MemoryModel(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
+        """model.init small: normal(0.02) (residual projections scaled down); torch: PyTorch's defaults."""
         resid_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
         for name, module in self.named_modules():
             if ".memory" in name or name.startswith("model_memory"):
                 continue  # plugins initialise their own parameters
+            if self.cfg.init == "torch":
+                if isinstance(module, nn.Embedding):
+                    nn.init.normal_(module.weight, 0.0, 1.0)  # the head shares it (tied)
+                elif isinstance(module, nn.Linear) and module is not self.head:
+                    module.reset_parameters()
+                continue
             if isinstance(module, nn.Linear):
                 std = resid_std if name.endswith(("proj", "down")) else 0.02
                 nn.init.normal_(module.weight, 0.0, std)

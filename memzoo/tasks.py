@@ -10,6 +10,12 @@ match of the generated digits.
 Associative recall: P distinct (key, value) byte pairs, a gap of filler, then Q of the keys again,
 each followed by its value. Keys and values are bytes >= 128, so they never occur in the filler.
 Scored by teacher-forced accuracy at the answer positions (as zoology does).
+
+Associative recall across segments (the capacity suite, `task.gap_segments` >= 1): the pairs fill
+the start of segment 0 and the queries the start of segment g, so every scored answer has to come
+through the memory state. Queries are drawn with replacement, so a model that knows which values
+are stored but not which key holds which gains nothing over guessing among them; a key asked a
+second time is answerable from the segment itself and is trained on but not scored.
 """
 from __future__ import annotations
 
@@ -111,7 +117,78 @@ def recall_example(gen: torch.Generator, length: int, pairs: int, queries: int) 
     return RecallExample(head + tail, positions, bytes(values[asked].tolist()))
 
 
-def check_task(task) -> None:
+@dataclass
+class SegmentRecallExample:
+    """One example of recall across segments; positions index the flat byte sequence."""
+
+    tokens: bytes  # (gap_segments + 1) x segment_len bytes
+    answer_positions: list[int]  # every position whose next byte is an answer (the loss in training)
+    scored_positions: list[int]  # the cross-segment queries: first time their key is asked in the query segment
+    values: bytes  # the stored values, in pair order (recall_chance: guessing among them)
+    query_segment: int  # index of the segment that holds the queries (= gap_segments)
+
+    @property
+    def answers(self) -> bytes:
+        """The expected byte after each scored position."""
+        return bytes(self.tokens[p + 1] for p in self.scored_positions)
+
+
+def _filler(length: int) -> bytes:
+    return (FILLER * math.ceil(length / len(FILLER) + 1)).encode()[:length]
+
+
+def segment_recall_example(gen: torch.Generator, segment_len: int, pairs: int, queries: int, gap_segments: int,
+                           local_queries: int = 0, alphabet: int = ALPHABET) -> SegmentRecallExample:
+    """P distinct keys with random values at the start of segment 0 (then `local_queries` of them
+    asked again there, for training), filler, and Q queries drawn with replacement at the start of
+    segment `gap_segments`. Keys and values come from the first `alphabet` bytes of their ranges."""
+    check_segment_recall(segment_len, pairs, queries, gap_segments, local_queries, alphabet)
+    keys = torch.randperm(alphabet, generator=gen)[:pairs] + KEY_BASE  # [P]
+    values = torch.randint(0, alphabet, (pairs,), generator=gen) + VALUE_BASE  # [P]
+    local = torch.randint(0, pairs, (local_queries,), generator=gen)  # [Q_local] with replacement
+    asked = torch.randint(0, pairs, (queries,), generator=gen)  # [Q] with replacement
+    interleave = lambda idx: bytes(torch.stack((keys[idx], values[idx]), 1).flatten().tolist())  # noqa: E731
+    seq = bytearray(_filler((gap_segments + 1) * segment_len))
+    head = interleave(torch.arange(pairs)) + interleave(local)
+    seq[: len(head)] = head
+    start = gap_segments * segment_len
+    seq[start : start + 2 * queries] = interleave(asked)
+    local_pos = [2 * pairs + 2 * i for i in range(local_queries)]
+    query_pos = [start + 2 * i for i in range(queries)]
+    first = [i for i in range(queries) if int(asked[i]) not in asked[:i].tolist()]
+    return SegmentRecallExample(bytes(seq), local_pos + query_pos, [query_pos[i] for i in first],
+                                bytes(values.tolist()), gap_segments)
+
+
+def check_segment_recall(segment_len: int, pairs: int, queries: int, gap_segments: int, local_queries: int,
+                         alphabet: int = ALPHABET) -> None:
+    """Raise naming the bad value: the pairs (and local queries) and the queries must fit a segment."""
+    if not 1 <= alphabet <= ALPHABET:
+        raise ValueError(f"recall alphabet={alphabet}; expected 1..{ALPHABET} (key and value bytes to draw from)")
+    if not 1 <= pairs <= alphabet:
+        raise ValueError(f"recall pairs={pairs}; expected 1..alphabet={alphabet} (one byte per key)")
+    if queries < 1:
+        raise ValueError(f"recall queries={queries}; expected >= 1 (drawn with replacement across segments)")
+    if gap_segments < 1:
+        raise ValueError(f"recall gap_segments={gap_segments}; expected >= 1 (1 = the queries in the next segment)")
+    if local_queries < 0:
+        raise ValueError(f"recall local_queries={local_queries}; expected >= 0")
+    if 2 * (pairs + local_queries) > segment_len:
+        raise ValueError(f"recall pairs={pairs} and local_queries={local_queries} take {2 * (pairs + local_queries)} "
+                         f"bytes; expected them to fit one segment of segment_len={segment_len}")
+    if 2 * queries > segment_len:
+        raise ValueError(f"recall queries={queries} take {2 * queries} bytes; expected them to fit one segment of "
+                         f"segment_len={segment_len}")
+
+
+def recall_chance(example: SegmentRecallExample) -> list[float]:
+    """Per scored query, the accuracy of guessing uniformly among the stored values (the best
+    strategy that knows the values but not their keys): the share of pairs holding its answer."""
+    values = list(example.values)
+    return [values.count(a) / len(values) for a in example.answers]
+
+
+def check_task(task, segment_len: int | None = None) -> None:
     """Raise naming the bad key (task is a TaskConfig or its DictConfig)."""
     if task.name not in TASKS:
         raise ValueError(f"task.name={task.name!r}; expected one of {', '.join(TASKS)}")
@@ -123,8 +200,16 @@ def check_task(task) -> None:
         raise ValueError(f"task.key_digits={task.key_digits}; expected 1..18")
     if task.name == "passkey":
         passkey_prompt(min(task.lengths), 0.0, "1" * task.key_digits)  # raises if too short
-    if task.name == "recall":
+    if task.name == "recall" and task.gap_segments:
+        if segment_len is not None:
+            check_segment_recall(segment_len, task.pairs, task.queries, task.gap_segments, task.local_queries,
+                                 task.alphabet)
+    elif task.name == "recall":
+        if task.local_queries:
+            raise ValueError(f"task.local_queries={task.local_queries} needs task.gap_segments >= 1 (recall across segments)")
         recall_example(torch.Generator().manual_seed(0), min(task.lengths), task.pairs, task.queries)
+    elif task.gap_segments:
+        raise ValueError(f"task.gap_segments={task.gap_segments} is for task.name=recall; got {task.name!r}")
 
 
 class TaskSampler:
@@ -136,7 +221,7 @@ class TaskSampler:
     """
 
     def __init__(self, task, segment_len: int, seed: int):
-        check_task(task)
+        check_task(task, segment_len)
         self.task, self.n, self.seed = task, segment_len, seed
 
     def example(self, gen: torch.Generator, length: int) -> tuple[bytes, list[int]]:
@@ -146,6 +231,10 @@ class TaskSampler:
             p = passkey_prompt(length, depth, random_key(gen, self.task.key_digits))
             seq = p.prompt + p.answer
             return seq, list(range(len(p.prompt) - 1, len(seq) - 1))
+        if self.task.gap_segments:
+            t = self.task
+            seg = segment_recall_example(gen, self.n, t.pairs, t.queries, t.gap_segments, t.local_queries, t.alphabet)
+            return seg.tokens, seg.answer_positions
         ex = recall_example(gen, length, self.task.pairs, self.task.queries)
         return ex.tokens, ex.answer_positions
 

@@ -290,7 +290,11 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         bar.close()
     if rank.is_main:
         save_checkpoint(run_dir, model, optimizer, step)
-        if evaluate_at_end:
+        if evaluate_at_end and cfg.task.name == "recall" and cfg.task.gap_segments:
+            from memzoo.capacity import write_capacity_result  # recall across segments is scored by recall, not bpb
+
+            write_capacity_result(run_dir, cfg, model)
+        elif evaluate_at_end:
             from memzoo.evaluate import write_result
 
             result = evaluate_run(cfg, model, progress=progress)
