@@ -6,6 +6,8 @@ that follows it.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
@@ -99,6 +101,18 @@ def slot_positions(capacity: int, device: torch.device, spacing: int = 1, offset
 def kv_slot_shapes(n_heads: int, d_head: int) -> dict[str, tuple[int, ...]]:
     """A key/value cache slot: one key and one value per head."""
     return {"k": (n_heads, d_head), "v": (n_heads, d_head)}
+
+
+def hidden_prefix(cache: State, project_kv: Callable[[Tensor], tuple[Tensor, Tensor]], dtype: torch.dtype) -> KVPrefix | None:
+    """A FIFO of hidden states (h [B, C, d], valid [B, C]) as the prefix of local attention: its
+    filled part only (F slots), keys and values recomputed by the current W_K, W_V (`project_kv`),
+    slot i at position i - F, empty slots masked. None when F = 0 (XL cache=hidden, the ∞-former's STM)."""
+    held = filled(cache)  # projecting and attending cost the slots held, not the capacity
+    count = held["valid"].shape[1]
+    if count == 0:
+        return None
+    k, v = project_kv(held["h"].to(dtype))  # [B, H, F, D] each
+    return KVPrefix(k, v, slot_positions(count, held["valid"].device), held["valid"])
 
 
 def kv_prefix(cache: State) -> KVPrefix | None:

@@ -77,9 +77,8 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
-from memzoo.attention import KVPrefix
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, slot_positions
+from memzoo.fifo import fifo_init, fifo_push, hidden_prefix
 from memzoo.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -375,8 +374,7 @@ class InftyFormer(LayerMemory):
         Returns (heads [B, H, N, D], STM state_s, evicted h [B, N, d], evicted counts [B]).
         """
         stm, valid = state["stm"], state["stm_valid"]  # [B, C, d], [B, C]
-        k_mem, v_mem = x.project_kv(stm.to(x.h.dtype))  # current W_K, W_V on the cached states: [B, H, C, D]
-        prefix = KVPrefix(k_mem, v_mem, slot_positions(stm.shape[1], x.q.device), valid)  # slot i at i − C
+        prefix = hidden_prefix({"h": stm, "valid": valid}, x.project_kv, x.h.dtype)  # filled slots, slot i at i − F
         out = x.attend(x.q, x.k, x.v, prefix=prefix)  # [B, H, N, D]
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             kept, evicted = fifo_push({"h": stm, "valid": valid}, {"h": x.h.detach().float()})

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from memzoo.attention import KVPrefix
 from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv, slot_positions
+from memzoo.fifo import fifo_init, fifo_push, fifo_reset, hidden_prefix, kv_prefix, kv_slot_shapes, push_kv
 from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.plugins import register_memory
 
@@ -89,11 +89,7 @@ class TransformerXL(LayerMemory):
         """The memory as keys/values before the segment (no positional encoding stored)."""
         if self.cfg.cache == "kv":
             return kv_prefix(state)
-        held = filled(state)  # project and attend the slots held, not the capacity
-        if held["valid"].shape[1] == 0:
-            return None
-        mem_k, mem_v = x.project_kv(held["h"].to(x.h.dtype))  # current W_K, W_V on cached hidden states
-        return KVPrefix(mem_k, mem_v, slot_positions(held["valid"].shape[1], x.q.device), held["valid"])
+        return hidden_prefix(state, x.project_kv, x.h.dtype)  # current W_K, W_V on the cached hidden states
 
     def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
         """Attend over [memory_s; segment] (causal), then push the segment into the memory (SG)."""
