@@ -137,27 +137,59 @@ def _filler(length: int) -> bytes:
     return (FILLER * math.ceil(length / len(FILLER) + 1)).encode()[:length]
 
 
+@dataclass
+class SegmentRecallBatch:
+    """A batch of recall-across-segments examples as tensors (the training path; no Python loop per row)."""
+
+    tokens: Tensor  # [B, (gap_segments + 1) * segment_len] byte ids
+    answer: Tensor  # [B, L] bool: positions whose next byte is an answer (the loss in training)
+    scored: Tensor  # [B, L] bool: the cross-segment queries, first time their key is asked in the query segment
+    values: Tensor  # [B, P] the stored values, in pair order
+    query_segment: int
+
+    def example(self, row: int) -> SegmentRecallExample:
+        """Row `row` as a SegmentRecallExample (evaluation works per example)."""
+        return SegmentRecallExample(bytes(self.tokens[row].tolist()), self.answer[row].nonzero()[:, 0].tolist(),
+                                    self.scored[row].nonzero()[:, 0].tolist(), bytes(self.values[row].tolist()),
+                                    self.query_segment)
+
+
+def segment_recall_batch(gen: torch.Generator, batch_size: int, segment_len: int, pairs: int, queries: int,
+                         gap_segments: int, local_queries: int = 0, alphabet: int = ALPHABET) -> SegmentRecallBatch:
+    """B examples: P distinct keys with random values at the start of segment 0 (then `local_queries`
+    of them asked again there, for training), filler, and Q queries drawn with replacement at the start
+    of segment `gap_segments`. Keys and values come from the first `alphabet` bytes of their ranges."""
+    check_segment_recall(segment_len, pairs, queries, gap_segments, local_queries, alphabet)
+    b = batch_size
+    keys = torch.rand(b, alphabet, generator=gen).argsort(1)[:, :pairs] + KEY_BASE  # [B, P] distinct per row
+    values = torch.randint(0, alphabet, (b, pairs), generator=gen) + VALUE_BASE  # [B, P]
+    local = torch.randint(0, pairs, (b, local_queries), generator=gen)  # [B, Q_local] with replacement
+    asked = torch.randint(0, pairs, (b, queries), generator=gen)  # [B, Q] with replacement
+
+    def interleave(idx: Tensor) -> Tensor:  # [B, n] pair indices -> [B, 2n] key, value, key, value, ...
+        return torch.stack((keys.gather(1, idx), values.gather(1, idx)), 2).flatten(1)
+
+    length = (gap_segments + 1) * segment_len
+    tokens = torch.tensor(list(_filler(length)), dtype=torch.long).expand(b, length).clone()  # [B, L]
+    head = torch.cat((interleave(torch.arange(pairs).expand(b, pairs)), interleave(local)), 1)
+    tokens[:, : head.shape[1]] = head
+    start = gap_segments * segment_len
+    tokens[:, start : start + 2 * queries] = interleave(asked)
+    local_pos = torch.arange(local_queries) * 2 + 2 * pairs  # [Q_local]
+    query_pos = torch.arange(queries) * 2 + start  # [Q]
+    answer = torch.zeros(b, length, dtype=torch.bool)
+    answer[:, local_pos] = True
+    answer[:, query_pos] = True
+    seen_before = (asked[:, :, None] == asked[:, None, :]).tril(-1).any(2)  # [B, Q]: asked earlier in the segment
+    scored = torch.zeros(b, length, dtype=torch.bool)
+    scored[:, query_pos] = ~seen_before
+    return SegmentRecallBatch(tokens, answer, scored, values, gap_segments)
+
+
 def segment_recall_example(gen: torch.Generator, segment_len: int, pairs: int, queries: int, gap_segments: int,
                            local_queries: int = 0, alphabet: int = ALPHABET) -> SegmentRecallExample:
-    """P distinct keys with random values at the start of segment 0 (then `local_queries` of them
-    asked again there, for training), filler, and Q queries drawn with replacement at the start of
-    segment `gap_segments`. Keys and values come from the first `alphabet` bytes of their ranges."""
-    check_segment_recall(segment_len, pairs, queries, gap_segments, local_queries, alphabet)
-    keys = torch.randperm(alphabet, generator=gen)[:pairs] + KEY_BASE  # [P]
-    values = torch.randint(0, alphabet, (pairs,), generator=gen) + VALUE_BASE  # [P]
-    local = torch.randint(0, pairs, (local_queries,), generator=gen)  # [Q_local] with replacement
-    asked = torch.randint(0, pairs, (queries,), generator=gen)  # [Q] with replacement
-    interleave = lambda idx: bytes(torch.stack((keys[idx], values[idx]), 1).flatten().tolist())  # noqa: E731
-    seq = bytearray(_filler((gap_segments + 1) * segment_len))
-    head = interleave(torch.arange(pairs)) + interleave(local)
-    seq[: len(head)] = head
-    start = gap_segments * segment_len
-    seq[start : start + 2 * queries] = interleave(asked)
-    local_pos = [2 * pairs + 2 * i for i in range(local_queries)]
-    query_pos = [start + 2 * i for i in range(queries)]
-    first = [i for i in range(queries) if int(asked[i]) not in asked[:i].tolist()]
-    return SegmentRecallExample(bytes(seq), local_pos + query_pos, [query_pos[i] for i in first],
-                                bytes(values.tolist()), gap_segments)
+    """One example of `segment_recall_batch` (the same layout and distribution)."""
+    return segment_recall_batch(gen, 1, segment_len, pairs, queries, gap_segments, local_queries, alphabet).example(0)
 
 
 def check_segment_recall(segment_len: int, pairs: int, queries: int, gap_segments: int, local_queries: int,
@@ -223,6 +255,9 @@ class TaskSampler:
     def __init__(self, task, segment_len: int, seed: int):
         check_task(task, segment_len)
         self.task, self.n, self.seed = task, segment_len, seed
+        # recall across segments reads its config once: OmegaConf access costs more than the batch itself
+        self._recall_args = ((task.pairs, task.queries, task.gap_segments, task.local_queries, task.alphabet, task.loss)
+                             if task.name == "recall" and task.gap_segments else None)
 
     def example(self, gen: torch.Generator, length: int) -> tuple[bytes, list[int]]:
         """(sequence bytes, positions whose next byte is an answer byte)."""
@@ -240,6 +275,8 @@ class TaskSampler:
 
     def sample(self, step: int, batch_size: int) -> Batch:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        if self.task.name == "recall" and self.task.gap_segments:
+            return self._segment_recall(gen, batch_size)
         lengths = list(self.task.lengths)
         length = lengths[int(torch.randint(len(lengths), (1,), generator=gen))]
         examples = [self.example(gen, length) for _ in range(batch_size)]
@@ -253,6 +290,23 @@ class TaskSampler:
                 mask[b, : len(seq) - 1] = True
             else:
                 mask[b, answer_pos] = True
+        reset = torch.zeros(batch_size, s, dtype=torch.bool)
+        reset[:, 0] = True
+        return Batch(
+            tokens[:, :-1].reshape(batch_size, s, self.n), tokens[:, 1:].reshape(batch_size, s, self.n),
+            mask.view(batch_size, s, self.n), reset, torch.arange(s).expand(batch_size, s).clone(),
+        )
+
+    def _segment_recall(self, gen: torch.Generator, batch_size: int) -> Batch:
+        """Recall across segments, generated as one batch of tensors (the capacity suite's hot path)."""
+        pairs, queries, gap, local, alphabet, loss = self._recall_args
+        ex = segment_recall_batch(gen, batch_size, self.n, pairs, queries, gap, local, alphabet)
+        s = gap + 1
+        tokens = torch.cat((ex.tokens, ex.tokens.new_zeros(batch_size, 1)), 1)  # [B, s N + 1]: padded last target
+        mask = ex.answer.clone()  # [B, s N]
+        if loss == "all":
+            mask = torch.ones_like(mask)
+            mask[:, -1] = False  # the last position's target is padding
         reset = torch.zeros(batch_size, s, dtype=torch.bool)
         reset[:, 0] = True
         return Batch(

@@ -13,9 +13,9 @@ from torch import Tensor, nn
 
 from memzoo.capacity import accuracy, capacity_metrics, predict_scored, recall_examples
 from memzoo.compare import load_suite, run_suite
-from memzoo.config import ModelConfig
+from memzoo.config import ModelConfig, load_config
 from memzoo.report import write_report
-from memzoo.tasks import KEY_BASE, VALUE_BASE, recall_chance, segment_recall_example
+from memzoo.tasks import KEY_BASE, VALUE_BASE, TaskSampler, recall_chance, segment_recall_example
 
 TASK = SimpleNamespace(pairs=6, queries=8, gap_segments=2, local_queries=0)
 
@@ -201,3 +201,28 @@ def test_held_out_examples_have_the_training_layout() -> None:
     for e in recall_examples(task, 16, 20, seed=0):
         assert e.answer_positions[:4] == [8, 10, 12, 14] and all(p >= 16 for p in e.scored_positions)
         assert all(KEY_BASE <= b < KEY_BASE + 8 for b in e.tokens[8:16:2])
+
+
+@pytest.mark.parametrize("loss", ["answer", "all"])
+def test_sampler_batches_follow_the_example_layout(loss: str) -> None:
+    """The training batch (built as tensors, no loop per row) is rows of the evaluated layout: same
+    pairs/queries structure, loss on exactly the answer positions (or every real byte), one reset."""
+    cfg = load_config("small", ["task.name=recall", "task.gap_segments=2", "task.pairs=4", "task.queries=6",
+                                "task.local_queries=3", "task.alphabet=8", "model.segment_len=16", f"task.loss={loss}"])
+    batch = TaskSampler(cfg.task, 16, seed=3).sample(step=7, batch_size=64)
+    assert batch.tokens.shape == (64, 3, 16) and batch.reset[:, 0].all() and not batch.reset[:, 1:].any()
+    tokens, targets, mask = batch.tokens.flatten(1), batch.targets.flatten(1), batch.mask.flatten(1)  # [B, 48]
+    assert torch.equal(tokens[:, 1:], targets[:, :-1])
+    answer_pos = [8, 10, 12] + [32 + 2 * i for i in range(6)]
+    expected = torch.zeros(48, dtype=torch.bool)
+    expected[answer_pos if loss == "answer" else slice(0, 47)] = True
+    assert torch.equal(mask, expected.expand(64, 48))
+    for row in range(64):
+        seq = tokens[row].tolist() + [int(targets[row, -1])]
+        pairs = dict(zip(seq[0:8:2], seq[1:8:2]))
+        assert len(pairs) == 4 and all(KEY_BASE <= k < KEY_BASE + 8 and VALUE_BASE <= v < VALUE_BASE + 8
+                                       for k, v in pairs.items())
+        for p in answer_pos:
+            assert pairs[seq[p]] == seq[p + 1]  # every trained answer is its key's stored value
+    keys = tokens[:, 0:8:2]
+    assert len({tuple(k) for k in keys.tolist()}) > 32  # rows differ
