@@ -52,7 +52,8 @@ def capacity_table(df: pd.DataFrame) -> pd.DataFrame:
     chance, and Welch tests within each (pairs, gap) against `local` (all its cells pooled) and
     against the most accurate cell. Sorted by pairs, gap, method, state."""
     data = best_lr(df)
-    data = data.assign(**{c: np.nan for c in ("lr", "recall_accuracy_reset", "recall_chance") if c not in data})
+    data = data.assign(**{c: np.nan for c in ("lr", "recall_accuracy_reset", "recall_chance", "recall_accuracy_within")
+                          if c not in data})
     keys = cell_keys(data)
     parts = []
     for _, facet in data.groupby(FACETS, sort=True):
@@ -60,12 +61,13 @@ def capacity_table(df: pd.DataFrame) -> pd.DataFrame:
             columns={"n": "runs", "mean": "accuracy", "ci": "accuracy_ci"}).drop(columns=["lo", "hi"])
         extra = facet.groupby(keys, dropna=False, sort=False).agg(
             lr=("lr", "first"), reset=("recall_accuracy_reset", "mean"),
-            reset_ci=("recall_accuracy_reset", t_halfwidth), chance=("recall_chance", "mean")).reset_index(drop=True)
+            reset_ci=("recall_accuracy_reset", t_halfwidth), chance=("recall_chance", "mean"),
+            within=("recall_accuracy_within", "mean")).reset_index(drop=True)
         parts.append(pd.concat([acc, extra], axis=1))
     out = pd.concat(parts, ignore_index=True).rename(columns={"footprint_measured": "state"})
     order = ["pairs", "gap_segments", "method", "state"]
     lead = [*order, *[c for c in out.columns if c.startswith("grid_") or c == "d_model"], "lr", "runs",
-            "accuracy", "accuracy_ci", "reset", "reset_ci", "chance"]
+            "accuracy", "accuracy_ci", "reset", "reset_ci", "chance", "within"]
     out = out[lead + [c for c in out.columns if c not in lead]]
     return out.sort_values(order, kind="stable").reset_index(drop=True)
 

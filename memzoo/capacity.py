@@ -8,6 +8,11 @@ Three numbers per run, on one fixed set of held-out examples:
 * `recall_chance`: guessing uniformly among the stored values, on the same queries;
 * `recall_accuracy_reset`: the same model with its state reset just before the query segment. If
   the answer came through the memory it falls to chance, as `local` does.
+
+And one diagnostic, `recall_accuracy_within`: accuracy at the answers that are visible in their own
+segment (the local queries of segment 0, a key asked again in the query segment). Near 1 it says the
+model has learned the association itself, so a low `recall_accuracy` is the memory's, not the
+backbone's.
 """
 from __future__ import annotations
 
@@ -35,12 +40,19 @@ def recall_examples(task: Any, segment_len: int, count: int, seed: int) -> list[
             for _ in range(count)]
 
 
+def within_positions(example: SegmentRecallExample) -> list[int]:
+    """The answer positions whose pair lies in the same segment (trained on, never scored)."""
+    scored = set(example.scored_positions)
+    return [p for p in example.answer_positions if p not in scored]
+
+
 @torch.no_grad()
 def predict_scored(model: MemoryModel, examples: list[SegmentRecallExample], reset_before_query: bool = False,
-                   batch_size: int = 64) -> list[list[int]]:
+                   batch_size: int = 64, within: bool = False) -> list[list[int]]:
     """The model's argmax byte at each example's scored positions, all segments in one call.
 
     reset_before_query: the state is reset at the start of the query segment (the ablation).
+    within: at the within-segment answers instead (`within_positions`).
     """
     was_training = model.training
     model.eval()
@@ -57,25 +69,26 @@ def predict_scored(model: MemoryModel, examples: list[SegmentRecallExample], res
             reset[torch.arange(len(chunk)), torch.tensor([e.query_segment for e in chunk])] = True
         logits = model(tokens, None, reset).logits.reshape(len(chunk), s * n, -1)  # [B, S*N, V]
         for row, e in enumerate(chunk):
-            out.append(logits[row, e.scored_positions].argmax(-1).tolist())
+            out.append(logits[row, within_positions(e) if within else e.scored_positions].argmax(-1).tolist())
     model.train(was_training)
     return out
 
 
-def accuracy(predicted: list[list[int]], examples: list[SegmentRecallExample]) -> float:
-    """Share of scored queries answered right, pooled over examples."""
-    hits = sum(p == a for pred, e in zip(predicted, examples) for p, a in zip(pred, e.answers))
-    total = sum(len(e.scored_positions) for e in examples)
-    return hits / max(total, 1)
+def accuracy(predicted: list[list[int]], examples: list[SegmentRecallExample], within: bool = False) -> float:
+    """Share of scored queries (or of the within-segment answers) answered right, pooled over examples."""
+    answers = [[e.tokens[p + 1] for p in within_positions(e)] if within else list(e.answers) for e in examples]
+    hits = sum(p == a for pred, ans in zip(predicted, answers) for p, a in zip(pred, ans))
+    return hits / max(sum(len(a) for a in answers), 1)
 
 
 def capacity_metrics(model: MemoryModel, examples: list[SegmentRecallExample]) -> dict[str, Any]:
-    """recall_accuracy, recall_chance, recall_accuracy_reset and recall_queries on `examples`."""
+    """recall_accuracy, recall_chance, recall_accuracy_reset, recall_accuracy_within and recall_queries."""
     chance = [c for e in examples for c in recall_chance(e)]
     return {
         "recall_accuracy": accuracy(predict_scored(model, examples), examples),
         "recall_chance": sum(chance) / max(len(chance), 1),
         "recall_accuracy_reset": accuracy(predict_scored(model, examples, reset_before_query=True), examples),
+        "recall_accuracy_within": accuracy(predict_scored(model, examples, within=True), examples, within=True),
         "recall_queries": len(chance),
     }
 

@@ -187,7 +187,8 @@ def console_table(df: pd.DataFrame) -> pd.DataFrame:
     """What `memzoo compare` prints when a suite ends: the capacity cells, or the bits-per-byte summary
     (both with 95% intervals over seeds and the tests against local and the best)."""
     if is_capacity_table(df):
-        cols = ["pairs", "gap_segments", "method", "state", "runs", "accuracy", "vs local", "vs best", "reset", "chance"]
+        cols = ["pairs", "gap_segments", "method", "state", "runs", "accuracy", "vs local", "vs best", "reset", "chance",
+                "within"]
         return capacity_display(df)[cols]
     return summary_display(df)[["method", "runs", "params", "footprint", "valid_bpb", "vs local", "vs best",
                                 "tokens_per_s", "peak_rss_mb"]]
@@ -213,7 +214,8 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
     if is_capacity_table(df):
         notes.append("capacity: accuracy on cross-segment queries only, at each cell's best learning rate (best mean "
                      "over seeds); reset: the same model with its memory reset before the query segment; chance: "
-                     "uniform over the stored values, on the same examples.")
+                     "uniform over the stored values, on the same examples; within: accuracy at the answers visible in their own "
+                     "segment (the model has learned the association if it is near 1).")
         thresholds = capacity_thresholds(df)
         sections += [("Capacity: smallest measured state reaching 0.5 and 0.9 mean accuracy",
                       display(thresholds)),

@@ -28,7 +28,7 @@ METHODS = sorted(registered())
 # Option variants that take different code paths; the invariants run on each of them too.
 VARIANTS: list[tuple[str, str, dict]] = [
     ("full-window", "full", {"max_len": 12}),
-    ("xl-hidden", "xl", {"mem_len": 12, "cache": "hidden"}),
+    ("xl-kv", "xl", {"mem_len": 12, "cache": "kv"}),
     ("infini-linear-loop", "infini-linear", {"vectorized": False}),
     ("infini-delta-skip", "infini-delta", {"first_read": "skip"}),
     ("compressive-mean", "compressive", {"mem_len": 8, "cmem_len": 4, "compression_rate": 2, "compression": "mean"}),

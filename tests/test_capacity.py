@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from memzoo.capacity import accuracy, capacity_metrics, predict_scored, recall_examples
+from memzoo.capacity import accuracy, capacity_metrics, predict_scored, recall_examples, within_positions
 from memzoo.compare import load_suite, run_suite
 from memzoo.config import ModelConfig, load_config
 from memzoo.report import write_report
@@ -119,6 +119,19 @@ def test_reset_before_the_query_segment_removes_what_memory_carried() -> None:
     assert local["recall_accuracy"] == local["recall_accuracy_reset"] == 0.0
     # predictions are read at the scored positions (the byte after each scored key)
     assert predict_scored(OracleRecall(32), examples[:3]) == [list(e.answers) for e in examples[:3]]
+
+
+def test_within_segment_accuracy_separates_association_from_memory() -> None:
+    """A model that associates within a segment but carries nothing across scores 1 within and 0
+    across; the within positions are exactly the local queries and the repeated keys."""
+    task = SimpleNamespace(pairs=4, queries=8, gap_segments=1, local_queries=3, alphabet=8)
+    examples = recall_examples(task, 16, 30, seed=4)
+    local = capacity_metrics(OracleRecall(16, carry=False), examples)
+    assert local["recall_accuracy"] == 0.0 and local["recall_accuracy_within"] == 1.0
+    for e in examples:
+        within = within_positions(e)
+        assert within[:3] == [8, 10, 12] and all(16 <= p < 32 for p in within[3:])
+        assert len(within) == 3 + 8 - len(e.scored_positions)
 
 
 def test_tiny_capacity_suite_writes_the_schema_columns(tmp_path: Path) -> None:

@@ -32,7 +32,8 @@ def inputs(seed: int = 0, s: int = S, n: int = N):
 
 
 def plugin(mem_len: int) -> TransformerXL:
-    return TransformerXL(XLConfig(mem_len=mem_len), tiny_model_config(d_model=H * D, n_heads=H, segment_len=N), 0)
+    """The layer plugin fed keys and values directly (cache=kv; cache=hidden recomputes them, tested below)."""
+    return TransformerXL(XLConfig(mem_len=mem_len, cache="kv"), tiny_model_config(d_model=H * D, n_heads=H, segment_len=N), 0)
 
 
 def run(mem: TransformerXL, q, k, v, reset, state=None):
@@ -217,7 +218,9 @@ def test_footprint_measured_and_table1(cache: str) -> None:
     assert card_footprint(get_card("xl"), model.cfg, model.memory_cfg, 2 * N) == table1
     # The paper's setting: (128 + 128) x 8 x 2048 x 12 = 50,331,648 ("50M" in Table 2).
     paper = ModelConfig(d_model=1024, n_layers=12, n_heads=8, segment_len=2048)
-    assert TransformerXL.footprint(XLConfig(mem_len=2048), paper, 32768)["total"] == 50_331_648
+    assert TransformerXL.footprint(XLConfig(mem_len=2048, cache="kv"), paper, 32768)["total"] == 50_331_648
+    hidden = TransformerXL.footprint(XLConfig(mem_len=2048), paper, 32768)  # the default: hidden states
+    assert hidden["total"] == 1024 * 2048 * 12 and hidden["table1"] == 50_331_648
 
 
 def test_state_is_float32_under_autocast() -> None:
