@@ -22,9 +22,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from memzoo.config import load_config
-from memzoo.data import WindowSampler, load_documents, split_documents
-from memzoo.train import build_model, train_window
+from memzoo.data.corpus import WindowSampler, load_documents, split_documents
+from memzoo.running.configure import build_model, load_config
+from memzoo.running.train import train_window
 
 PAIRS = {  # method: (big overrides, small overrides)
     "memorizing": (["memory.store_size=65536"], ["memory.store_size=1024"]),

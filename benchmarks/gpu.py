@@ -54,7 +54,7 @@ def measured_bf16_peak(n: int = 8192, iters: int = 20) -> float:
 
 def method_configs(overrides: list[str]) -> dict[str, Any]:
     """One run config per registered method at the paper-gpu backbone (seed 0, first grid point)."""
-    from memzoo.compare import expand, load_suite
+    from memzoo.suites.compare import expand, load_suite
 
     configs: dict[str, Any] = {}
     for spec in expand(load_suite("paper-gpu", overrides)):
@@ -68,7 +68,8 @@ def backends_agree(cfg: Any, batch: Any) -> Optional[float]:
         import xformers.ops  # noqa: F401
     except ImportError:
         return None
-    from memzoo.train import autocast_context, build_model
+    from memzoo.core.precision import autocast_context
+    from memzoo.running.configure import build_model
 
     logits = {}
     for backend in ("sdpa", "xformers"):
@@ -90,8 +91,10 @@ def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
                  device: torch.device = torch.device("cuda")) -> dict[str, Any]:
     """Time `steps` bf16 training steps (after one untimed) of one method; its row of gpu.csv.
     (`device` cpu: a dry run of the same code, for checking it without a GPU.)"""
-    from memzoo.data import WindowSampler
-    from memzoo.train import LN2, build_model, train_window
+    from memzoo.core.losses import LN2
+    from memzoo.data.corpus import WindowSampler
+    from memzoo.running.configure import build_model
+    from memzoo.running.train import train_window
 
     cuda = device.type == "cuda"
     tc, m = cfg.train, cfg.model
@@ -137,7 +140,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("benchmarks/gpu.py: no CUDA device here, nothing measured (run it on a machine with a GPU)")
         return 0
 
-    from memzoo.data import load_documents, split_documents
+    from memzoo.data.corpus import load_documents, split_documents
 
     overrides = ["run.data.max_docs=400"] + ([f"run.train.batch_size={args.batch_size}"] if args.batch_size else [])
     configs = method_configs(overrides)

@@ -16,10 +16,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from memzoo.config import ConfigError, load_config
-from memzoo.data import WindowSampler, load_documents, split_documents
-from memzoo.plugins import registered
-from memzoo.train import build_model, train_window
+from memzoo.core.config import ConfigError
+from memzoo.core.plugins import registered
+from memzoo.data.corpus import WindowSampler, load_documents, split_documents
+from memzoo.running.configure import build_model, load_config
+from memzoo.running.train import train_window
 
 
 def main() -> None:

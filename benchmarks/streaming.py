@@ -7,7 +7,7 @@ and the time per token does not grow with length.
     python benchmarks/streaming.py --results results/longrange      # summarise a longrange suite
 
 Without --results it builds each method at its preset with untrained weights (cost does not
-depend on the weights), streams one passkey prompt per length through `memzoo.longrange`, and
+depend on the weights), streams one passkey prompt per length through `memzoo.running.longrange`, and
 writes results/bench/streaming.csv (long rows) and streaming_targets.csv (one row per method).
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pandas as pd
 import torch
 
 from memzoo.analysis import length_cost_table, load_results, longrange_table
-from memzoo.config import ConfigError, load_config, to_yaml
-from memzoo.longrange import LongRangeConfig, evaluate_longrange
-from memzoo.plugins import registered
-from memzoo.train import build_model
+from memzoo.core.config import ConfigError, to_yaml
+from memzoo.core.plugins import registered
+from memzoo.running.configure import build_model, load_config
+from memzoo.running.longrange import LongRangeConfig, evaluate_longrange
 
 
 def untrained_run(method: str, root: Path) -> Path:

@@ -1,11 +1,22 @@
 """memzoo: memory-augmented transformers on one segment-recurrent backbone, compared on equal terms.
 
-    from memzoo import MemoryModel, register_memory, LayerMemory, ModelMemory
+    from memzoo import MemoryModel, register_memory, LayerMemory, ModelMemory, load_config, train
+
+The package's layers, each importing only from those before it: core (interface, registry,
+backbone) -> memories (one file per method) -> data (corpus, tasks) -> analysis (results tables)
+-> running (train, evaluate, stream) -> suites (compare, report) -> this API and the CLI.
 """
-from memzoo.memory import LayerInputs, LayerMemory, ModelMemory, SegmentInputs, State
-from memzoo.model import MemoryModel, ModelState
-from memzoo.plugins import get_memory, register_memory, registered
+from memzoo.core.resources import find_checkout_folders
+
+find_checkout_folders()  # first: in a checkout, memzoo.analysis/.configs/.registry are its top-level folders
+
+import memzoo.memories  # noqa: E402  (the in-tree plugins register themselves)
+from memzoo.core.memory import LayerInputs, LayerMemory, ModelMemory, SegmentInputs, State  # noqa: E402
+from memzoo.core.model import MemoryModel, ModelState  # noqa: E402
+from memzoo.core.plugins import get_memory, register_memory, registered  # noqa: E402
+from memzoo.running.configure import load_config  # noqa: E402
+from memzoo.running.train import train  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["LayerInputs", "LayerMemory", "MemoryModel", "ModelMemory", "ModelState", "SegmentInputs", "State",
-           "get_memory", "register_memory", "registered", "__version__"]
+           "get_memory", "load_config", "register_memory", "registered", "train", "__version__"]

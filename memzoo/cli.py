@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from memzoo.config import ConfigError
+from memzoo.core.config import ConfigError
 
 
 def _print_table(rows: list[dict], columns: list[str]) -> None:
@@ -18,7 +18,7 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from memzoo.catalog import catalogue
+    from memzoo.suites.catalog import catalogue
 
     rows = catalogue()
     if args.json:
@@ -34,9 +34,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from memzoo.config import load_config
-    from memzoo.distributed import env_info
-    from memzoo.train import train
+    from memzoo.running.configure import load_config
+    from memzoo.running.distributed import env_info
+    from memzoo.running.train import train
 
     cfg = load_config(args.config, args.overrides)
     run_dir = train(cfg, resume=not args.restart)
@@ -60,8 +60,8 @@ def _print_summary(result: dict) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from memzoo.evaluate import evaluate_run, write_result
-    from memzoo.train import load_run
+    from memzoo.running.checkpoints import load_run
+    from memzoo.running.evaluate import evaluate_run, write_result
 
     cfg, model = load_run(args.run_dir)
     res = evaluate_run(cfg, model, split=args.split)
@@ -74,8 +74,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_footprint(args: argparse.Namespace) -> int:
-    from memzoo.config import load_config
-    from memzoo.evaluate import footprint_table
+    from memzoo.running.configure import load_config
+    from memzoo.suites.footprint import footprint_table
 
     cfg = load_config(args.config, args.overrides)
     rows = footprint_table(cfg, measure=not args.no_measure)
@@ -92,8 +92,8 @@ def cmd_footprint(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from memzoo.compare import collect_suite, load_suite, run_suite, suite_dir
-    from memzoo.report import console_table
+    from memzoo.suites.compare import collect_suite, load_suite, run_suite, suite_dir
+    from memzoo.suites.report import console_table
 
     suite_name, overrides = args.suite, list(args.overrides)
     if suite_name and "=" in suite_name:  # `memzoo compare key=value` runs the default suite
@@ -111,7 +111,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(console_table(df).to_string(index=False))
     print(f"results: {root / 'results.parquet'}")
     if not args.no_report:
-        from memzoo.report import write_report
+        from memzoo.suites.report import write_report
 
         md, html_path = write_report(root)
         print(f"report: {html_path} and {md}")
@@ -119,7 +119,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from memzoo.report import write_report
+    from memzoo.suites.report import write_report
 
     md, html_path = write_report(args.results_dir)
     print(f"report: {html_path} and {md}")
@@ -136,7 +136,7 @@ def _numbers(kind: type, what: str):
 
 
 def cmd_longrange(args: argparse.Namespace) -> int:
-    from memzoo.longrange import LongRangeConfig, evaluate_longrange
+    from memzoo.running.longrange import LongRangeConfig, evaluate_longrange
 
     options = dict(task=args.command, lengths=args.lengths, trials=args.trials, seed=args.seed,
                    segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
@@ -170,9 +170,9 @@ def cmd_longrange(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
-    from memzoo.generate import StreamingDecoder
-    from memzoo.tasks import bytes_to_tensor
-    from memzoo.train import load_trained
+    from memzoo.data.tasks import bytes_to_tensor
+    from memzoo.running.checkpoints import load_trained
+    from memzoo.running.generate import StreamingDecoder
 
     prompt = Path(args.prompt_file).read_bytes() if args.prompt_file else args.prompt.encode()
     if not prompt:
@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from memzoo.plugins import UnknownMethodError
+    from memzoo.core.plugins import UnknownMethodError
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

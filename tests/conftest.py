@@ -11,8 +11,8 @@ import torch
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
-from memzoo.config import ModelConfig  # noqa: E402
-from memzoo.plugins import get_memory, registered  # noqa: E402
+from memzoo.core.config import ModelConfig  # noqa: E402
+from memzoo.core.plugins import get_memory, registered  # noqa: E402
 
 # Options that make each method's memory matter at the tiny size (mem_len = one segment, etc.).
 TINY_OPTIONS: dict[str, dict] = {
@@ -55,7 +55,7 @@ def tiny_memory_config(method: str, options: dict | None = None):
 
 
 def tiny_model(method: str, seed: int = 0, options: dict | None = None, **kw):
-    from memzoo.model import MemoryModel
+    from memzoo.core.model import MemoryModel
 
     torch.manual_seed(seed)
     model = MemoryModel(tiny_model_config(**kw), method, tiny_memory_config(method, options))

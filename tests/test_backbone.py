@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conftest import METHODS, tiny_memory_config, tiny_model, tiny_model_config
-from memzoo.attention import LocalAttention, rope
-from memzoo.model import MemoryModel
-from memzoo.reference import rope_complex
+from memzoo.core.attention import LocalAttention, rope
+from memzoo.core.model import MemoryModel
+from memzoo.memories.reference import rope_complex
 
 
 def test_backbone_names_no_method() -> None:
@@ -18,10 +18,12 @@ def test_backbone_names_no_method() -> None:
     import memzoo
 
     root = Path(memzoo.__file__).parent
-    from memzoo.plugins import registered
+    from memzoo.core.plugins import registered
 
     classes = {spec.cls.__name__ for spec in registered().values()} - {"NoMemory"}
-    for name in ("model.py", "attention.py", "memory.py", "train.py", "evaluate.py", "data.py", "compare.py"):
+    for name in ("core/model.py", "core/attention.py", "core/memory.py", "core/losses.py", "running/train.py",
+                 "running/configure.py", "running/checkpoints.py", "running/evaluate.py", "data/corpus.py",
+                 "suites/compare.py"):
         text = (root / name).read_text()
         for method in METHODS:
             assert not re.search(rf"[\"']{re.escape(method)}[\"']", text), f"{name} names the method {method!r}"

@@ -1,4 +1,4 @@
-"""Recall capacity (memzoo.capacity): scoring only through the memory, the chance level of a model
+"""Recall capacity (memzoo.running.capacity): scoring only through the memory, the chance level of a model
 that knows the stored values but not their keys, and the reset ablation."""
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from memzoo.capacity import accuracy, capacity_metrics, predict_scored, recall_examples, within_positions
-from memzoo.compare import load_suite, run_suite
-from memzoo.config import ModelConfig, load_config
-from memzoo.report import write_report
-from memzoo.tasks import KEY_BASE, VALUE_BASE, TaskSampler, recall_chance, segment_recall_example
+from memzoo.core.config import ModelConfig
+from memzoo.data.tasks import KEY_BASE, VALUE_BASE, TaskSampler, recall_chance, segment_recall_example
+from memzoo.running.capacity import accuracy, capacity_metrics, predict_scored, recall_examples, within_positions
+from memzoo.running.configure import load_config
+from memzoo.suites.compare import load_suite, run_suite
+from memzoo.suites.report import write_report
 
 TASK = SimpleNamespace(pairs=6, queries=8, gap_segments=2, local_queries=0)
 
@@ -177,8 +178,8 @@ def test_tiny_capacity_suite_writes_the_schema_columns(tmp_path: Path) -> None:
 def test_sweep_and_dotted_grid_keys_set_run_config_values(tmp_path: Path) -> None:
     """A suite's sweep sets run-config keys for every method; a dotted grid key (Infini's head width)
     sets one for that method only; a misspelt key is an error naming it."""
-    from memzoo.compare import expand
-    from memzoo.config import ConfigError
+    from memzoo.core.config import ConfigError
+    from memzoo.suites.compare import expand
 
     specs = expand(load_suite("capacity", ["methods=[local,infini-delta]", "sweep={train.lr: [0.001, 0.01]}",
                                            "seeds=[0]"]))
@@ -194,8 +195,8 @@ def test_sweep_and_dotted_grid_keys_set_run_config_values(tmp_path: Path) -> Non
 def test_model_init_torch_uses_pytorchs_default_scales() -> None:
     """model.init=torch: embeddings N(0, 1) (the tied head with them), linears kaiming-uniform
     (std 1/sqrt(3 fan_in)); the default keeps normal(0.02); anything else is an error naming it."""
-    from memzoo.config import ConfigError, load_config
-    from memzoo.train import build_model
+    from memzoo.core.config import ConfigError
+    from memzoo.running.configure import build_model, load_config
 
     torch.manual_seed(0)
     torch_init = build_model(load_config("local", ["model.init=torch", "model.d_model=64", "model.n_heads=2"]))

@@ -15,11 +15,12 @@ import pandas as pd
 import pytest
 import torch
 
-from memzoo.compare import check_parameter_spread, expand, load_suite, parameter_counts, run_suite
 from memzoo.analysis import longrange_table
-from memzoo.config import ConfigError, load_config
-from memzoo.report import write_report
-from memzoo.train import load_checkpoint
+from memzoo.core.config import ConfigError
+from memzoo.running.checkpoints import load_checkpoint
+from memzoo.running.configure import load_config
+from memzoo.suites.compare import check_parameter_spread, expand, load_suite, parameter_counts, run_suite
+from memzoo.suites.report import write_report
 
 TINY_RUN = """
 threads_per_job: 1
@@ -234,8 +235,8 @@ def test_bad_longrange_stage_fails_before_training(tmp_path: Path) -> None:
 def test_shipped_suites_expand(name: str) -> None:
     """Every shipped suite resolves into valid run configs (and long-range stages) for every method
     (capacity-gpu's 1,656 runs take a minute to resolve, so it is left out here)."""
-    from memzoo.compare import longrange_configs
-    from memzoo.plugins import registered
+    from memzoo.core.plugins import registered
+    from memzoo.suites.compare import longrange_configs
 
     in_tree = {m for m, spec in registered().items() if spec.cls.__module__.startswith("memzoo.memories.")}
     others = sorted(set(registered()) - in_tree)  # plugins other tests registered in this process

@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from conftest import tiny_model_config
-from memzoo.attention import LocalAttention
+from memzoo.core.attention import LocalAttention
+from memzoo.core.memory import LayerInputs, state_numbers
+from memzoo.core.model import MemoryModel
 from memzoo.memories.compressive import CompressiveConfig, CompressiveTransformer
-from memzoo.memory import LayerInputs, state_numbers
-from memzoo.model import MemoryModel
 
 B, V = 2, 256
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from memzoo.config import DataConfig
-from memzoo.data import WindowSampler, load_documents, split_documents, split_of, stream_documents
+from memzoo.core.config import DataConfig
+from memzoo.data.corpus import WindowSampler, load_documents, split_documents, split_of, stream_documents
 
 
 def test_stdlib_corpus_is_the_interpreters_source_and_split_is_deterministic() -> None:
@@ -33,7 +33,7 @@ def test_local_folder_and_glob(tmp_path: Path) -> None:
 
 
 def test_stream_covers_every_byte_once_with_resets_at_document_starts(tmp_path: Path) -> None:
-    from memzoo.data import Document
+    from memzoo.data.corpus import Document
 
     docs = [Document(f"d{i}", bytes(range(i, i + 10 + 7 * i))) for i in range(5)]
     n = 4
@@ -52,7 +52,7 @@ def test_stream_covers_every_byte_once_with_resets_at_document_starts(tmp_path: 
 
 
 def test_windows_are_deterministic_in_seed_and_step() -> None:
-    from memzoo.data import Document
+    from memzoo.data.corpus import Document
 
     docs = [Document(f"d{i}", bytes((i * 7 + t) % 251 for t in range(30 + 11 * i))) for i in range(6)]
     s1 = WindowSampler(docs, 8, seed=3).sample(step=5, batch_size=4, window_segments=6)

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from conftest import tiny_model, tiny_model_config
-from memzoo.attention import LocalAttention
+from memzoo.core.attention import LocalAttention
 from memzoo.memories.infini import (
     InfiniAttention, InfiniConfig, retrieve, segmented_cumsum, sigma, update_delta, update_linear,
 )
-from memzoo.memory import LayerInputs
-from memzoo.reference import infini_reference
+from memzoo.core.memory import LayerInputs
+from memzoo.memories.reference import infini_reference
 
 B, S, H, N, D = 2, 3, 2, 6, 8
 
@@ -115,7 +115,7 @@ def test_gate_starts_unsaturated_and_has_its_own_optimiser_settings() -> None:
     model = tiny_model("infini-linear")
     gates = [m.gate_values() for m in model.memories]
     assert all(torch.allclose(g, torch.full_like(g, 0.5)) for g in gates)
-    from memzoo.model import MemoryModel
+    from memzoo.core.model import MemoryModel
 
     cfg = InfiniConfig(gate_lr_mult=10.0, gate_weight_decay=0.0)
     model = MemoryModel(tiny_model_config(), "infini-linear", cfg)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import tiny_model, tiny_model_config
-from memzoo.attention import LocalAttention
+from memzoo.core.attention import LocalAttention
 from memzoo.memories.infty_former import (
     InftyFormer,
     InftyFormerConfig,
@@ -26,7 +26,7 @@ from memzoo.memories.infty_former import (
     signal,
     sticky_positions,
 )
-from memzoo.memory import LayerInputs
+from memzoo.core.memory import LayerInputs
 
 
 def smooth_signal(t: torch.Tensor) -> torch.Tensor:

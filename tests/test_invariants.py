@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from conftest import CASES, METHODS, tiny_model
-from memzoo.catalog import card_footprint, load_cards
-from memzoo.data import Batch
-from memzoo.memory import state_numbers
-from memzoo.train import train_window
+from memzoo.core.memory import state_numbers
+from memzoo.data.corpus import Batch
+from memzoo.running.train import train_window
+from memzoo.suites.catalog import card_footprint, load_cards
 
 B, S, N, V = 2, 4, 8, 256
 
@@ -176,7 +176,7 @@ def test_card_defaults_are_the_registered_config(method: str) -> None:
     """One source of truth: the card lists every option of the method with its real default."""
     import dataclasses
 
-    from memzoo.plugins import get_memory
+    from memzoo.core.plugins import get_memory
 
     card = load_cards().get(method)
     if card is None:

@@ -17,10 +17,11 @@ import torch
 pytest.importorskip("submitit")
 
 from memzoo.cli import main  # noqa: E402
-from memzoo.compare import expand, load_suite, run_suite  # noqa: E402
-from memzoo.config import ConfigError  # noqa: E402
-from memzoo.launchers import job_active, launcher_config, make_executor, plan  # noqa: E402
-from memzoo.train import load_checkpoint, train  # noqa: E402
+from memzoo.core.config import ConfigError  # noqa: E402
+from memzoo.running.checkpoints import load_checkpoint  # noqa: E402
+from memzoo.running.train import train  # noqa: E402
+from memzoo.suites.compare import expand, load_suite, run_suite  # noqa: E402
+from memzoo.suites.launchers import job_active, launcher_config, make_executor, plan  # noqa: E402
 
 STEPS = 20
 SUITE = f"""

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import memzoo.longrange as longrange
-from memzoo.config import load_config
-from memzoo.longrange import LongRangeConfig, evaluate_longrange, passkey_length
-from memzoo.train import load_run, train
+import memzoo.running.longrange as longrange
+from memzoo.running.checkpoints import load_run
+from memzoo.running.configure import load_config
+from memzoo.running.longrange import LongRangeConfig, evaluate_longrange, passkey_length
+from memzoo.running.train import train
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=32", "train.batch_size=2",
         "train.window_segments=2", "train.bptt_segments=1", "train.warmup_steps=1", "eval.max_docs=2",
@@ -141,8 +142,8 @@ def test_finetuning_starts_from_the_trained_run(run_dir: Path, tmp_path: Path) -
 
 
 def test_cli_generate_continues_the_prompt_greedily(run_dir: Path, tmp_path: Path) -> None:
-    from memzoo.generate import StreamingDecoder
-    from memzoo.tasks import bytes_to_tensor
+    from memzoo.data.tasks import bytes_to_tensor
+    from memzoo.running.generate import StreamingDecoder
 
     prompt = "def main():\n    return " * 4  # 96 bytes: three segments of 32, the last one complete
     out = subprocess.run([sys.executable, "-m", "memzoo.cli", "generate", str(run_dir), "--prompt", prompt,
@@ -155,7 +156,7 @@ def test_cli_generate_continues_the_prompt_greedily(run_dir: Path, tmp_path: Pat
 
 
 def _child_peak(queue) -> None:
-    from memzoo.evaluate import peak_rss_mb
+    from memzoo.running.evaluate import peak_rss_mb
 
     queue.put(peak_rss_mb())
 
@@ -164,7 +165,7 @@ def test_a_spawned_process_reports_its_own_peak_memory() -> None:
     """A fresh process does not inherit its parent's peak (getrusage's ru_maxrss would)."""
     import multiprocessing
 
-    from memzoo.evaluate import peak_rss_mb
+    from memzoo.running.evaluate import peak_rss_mb
 
     ballast = torch.ones(300 * 2**20 // 4)  # the parent holds 300 MB more than the child will
     ctx = multiprocessing.get_context("spawn")
@@ -208,7 +209,7 @@ class OracleDecoder:
         self.history = [bytearray() for _ in range(batch_size)]
 
     def feed(self, tokens, return_logits=False):
-        from memzoo.tasks import KEY_BASE, VALUE_BASE
+        from memzoo.data.tasks import KEY_BASE, VALUE_BASE
 
         logits = torch.full((*tokens.shape, 256), -1.0)
         for b, row in enumerate(tokens.tolist()):

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model, tiny_model_config
-from memzoo.attention import LocalAttention
+from memzoo.core.attention import LocalAttention
 from memzoo.memories.memorizing import (
     MemorizingConfig,
     MemorizingKNN,
@@ -18,7 +18,7 @@ from memzoo.memories.memorizing import (
     knn_faiss,
     knn_layer_index,
 )
-from memzoo.memory import LayerInputs, state_numbers
+from memzoo.core.memory import LayerInputs, state_numbers
 
 B, H, N, D = 2, 2, 8, 8
 
@@ -203,7 +203,7 @@ def test_knn_layer_rule() -> None:
 
 
 def test_footprint_counts_store_and_caches() -> None:
-    from memzoo.config import ModelConfig
+    from memzoo.core.config import ModelConfig
 
     paper = ModelConfig(d_model=1024, n_layers=12, n_heads=8, segment_len=2048)
     parts = MemorizingXL.footprint(MemorizingConfig(store_size=65536, mem_len=2048), paper, 32768)
@@ -308,7 +308,7 @@ def test_nan_in_empty_store_slots_changes_nothing() -> None:
 def test_push_filled_writes_what_fifo_push_writes_from_the_oldest_key_on() -> None:
     """Pushes of 3 into 10 slots with row resets: same valid mask as fifo_push, same contents on every
     slot a read can see (the filled part), whatever the untouched slots hold (NaN here)."""
-    from memzoo.fifo import fifo_init, fifo_push, fifo_push_filled, fifo_reset, filled
+    from memzoo.core.fifo import fifo_init, fifo_push, fifo_push_filled, fifo_reset, filled
 
     g = torch.Generator().manual_seed(11)
     ref = fifo_init(B, 10, {"k": (H, D)}, torch.device("cpu"))

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import memzoo.precision as precision
-from memzoo.config import ConfigError, load_config
-from memzoo.train import autocast_context
+import memzoo.core.precision as precision
+from memzoo.core.config import ConfigError
+from memzoo.core.precision import autocast_context
+from memzoo.running.configure import load_config
 
 CPU = torch.device("cpu")
 

@@ -19,7 +19,7 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_readme_plugin_example_registers_a_working_memory() -> None:
-    from memzoo.plugins import unregister_memory
+    from memzoo.core.plugins import unregister_memory
 
     text = README.read_text().split("## Register a memory", 1)[1]
     code = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)

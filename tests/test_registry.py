@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from conftest import tiny_model_config
-from memzoo.memory import LayerMemory, NoMemory
-from memzoo.model import MemoryModel
-from memzoo.plugins import UnknownMethodError, get_memory, register_memory, registered, unregister_memory
+from memzoo.core.memory import LayerMemory, NoMemory
+from memzoo.core.model import MemoryModel
+from memzoo.core.plugins import UnknownMethodError, get_memory, register_memory, registered, unregister_memory
 
 
 def test_unknown_method_lists_registered_names() -> None:
@@ -59,8 +59,8 @@ def test_registering_a_non_memory_is_an_error() -> None:
 
 PLUGIN_PY = '''
 from dataclasses import dataclass
-from memzoo.memory import NoMemory
-from memzoo.plugins import register_memory
+from memzoo.core.memory import NoMemory
+from memzoo.core.plugins import register_memory
 
 
 @dataclass
@@ -102,7 +102,7 @@ def test_entry_point_plugin_from_an_installed_package(tmp_path: Path) -> None:
     )
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]);"
-        "from memzoo.catalog import catalogue; from memzoo.plugins import get_memory;"
+        "from memzoo.suites.catalog import catalogue; from memzoo.core.plugins import get_memory;"
         "spec = get_memory('external-test-memory');"
         "print(json.dumps({'source': spec.source, 'listed': [r['name'] for r in catalogue()]}))"
     )
@@ -127,7 +127,7 @@ def test_layer_memory_interface_default_loop_resets_rows() -> None:
             return x.q, {"n": state["n"] + 1}, torch.zeros(())
 
     mem = Counter(CountConfig(), tiny_model_config(), 0)
-    from memzoo.memory import LayerInputs
+    from memzoo.core.memory import LayerInputs
 
     q = torch.zeros(2, 4, 2, 8, 16)
     reset = torch.tensor([[False, False, True, False], [False, False, False, False]])

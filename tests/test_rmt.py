@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from memzoo.catalog import card_footprint, get_card
-from memzoo.config import ModelConfig
-from memzoo.data import Batch
-from memzoo.memories.rmt import RecurrentMemory, RMTConfig
-from memzoo.memory import state_numbers
-from memzoo.model import MemoryModel
-from memzoo.train import train_window
+from memzoo.core.config import ModelConfig
+from memzoo.core.memory import state_numbers
+from memzoo.core.model import MemoryModel
+from memzoo.data.corpus import Batch
+from memzoo.memories.rmt import RMTConfig, RecurrentMemory
+from memzoo.running.train import train_window
+from memzoo.suites.catalog import card_footprint, get_card
 
 B, N, V, P = 2, 8, 256, 3
 
@@ -315,7 +315,7 @@ def test_bad_options_are_errors() -> None:
         RecurrentMemory(RMTConfig(write_slots="both"), cfg)
     with pytest.raises(ValueError, match="memory_mask='full'"):
         RecurrentMemory(RMTConfig(memory_mask="full"), cfg)
-    from memzoo.attention import LocalAttention
+    from memzoo.core.attention import LocalAttention
 
     with pytest.raises(ValueError, match=r"square bool \[N, N\].*\[3, 4\]"):
         LocalAttention(10000.0).with_segment_mask(torch.ones(3, 4, dtype=torch.bool))

@@ -5,11 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memzoo.config import ConfigError, TaskConfig, load_config
-from memzoo.tasks import (
-    FILLER, KEY_BASE, PREAMBLE, QUESTION, VALUE_BASE, TaskSampler, passkey_fixed_bytes, passkey_prompt, recall_example,
-    score_passkey,
-)
+from memzoo.core.config import ConfigError, TaskConfig
+from memzoo.data.tasks import FILLER, KEY_BASE, PREAMBLE, QUESTION, TaskSampler, VALUE_BASE, passkey_fixed_bytes, passkey_prompt, recall_example, score_passkey
+from memzoo.running.configure import load_config
 
 
 def test_passkey_prompt_is_the_papers_text() -> None:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from memzoo.config import load_config
-from memzoo.train import load_checkpoint, lr_at, train
+from memzoo.running.checkpoints import load_checkpoint
+from memzoo.running.configure import load_config
+from memzoo.running.train import lr_at, train
 
 OVERRIDES = [
     "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16",
@@ -52,7 +53,7 @@ def test_resume_after_interruption_gives_the_same_weights(tmp_path: Path) -> Non
 def test_interruption_inside_a_step_resumes_exactly_with_dropout(tmp_path: Path, monkeypatch) -> None:
     """Cut off in the middle of step 4 (inside the forward/backward): the checkpoint holds the weights
     and RNG of 3 completed steps, and resuming reproduces an uninterrupted run with dropout on."""
-    import memzoo.train as train_module
+    import memzoo.running.train as train_module
 
     extra = ("model.dropout=0.1", "train.checkpoint_every=0")
     straight = train(config(tmp_path, "infini-linear", "name=straight", *extra), progress=False, evaluate_at_end=False)
@@ -77,8 +78,8 @@ def test_interruption_inside_a_step_resumes_exactly_with_dropout(tmp_path: Path,
 
 
 def test_bits_per_byte_of_a_uniform_model_is_exactly_eight() -> None:
-    from memzoo.data import Document
-    from memzoo.evaluate import evaluate_model
+    from memzoo.data.corpus import Document
+    from memzoo.running.evaluate import evaluate_model
     from conftest import tiny_model
 
     model = tiny_model("infini-linear")
@@ -144,8 +145,8 @@ def test_task_blocks_align_to_the_answer(align_end: bool, reached: set) -> None:
 
     sys.path.insert(0, str(Path(__file__).parent))
     from conftest import tiny_model
-    from memzoo.data import Batch
-    from memzoo.train import train_window
+    from memzoo.data.corpus import Batch
+    from memzoo.running.train import train_window
 
     model = tiny_model("infini-linear")
     model.train()

@@ -10,12 +10,12 @@ import torch
 from einops import rearrange
 
 from conftest import tiny_model_config
-from memzoo.attention import LocalAttention, rope
-from memzoo.catalog import card_footprint, get_card
-from memzoo.config import ModelConfig
+from memzoo.core.attention import LocalAttention, rope
+from memzoo.core.config import ModelConfig
+from memzoo.core.memory import LayerInputs, state_numbers
+from memzoo.core.model import MemoryModel
 from memzoo.memories.xl import TransformerXL, XLConfig
-from memzoo.memory import LayerInputs, state_numbers
-from memzoo.model import MemoryModel
+from memzoo.suites.catalog import card_footprint, get_card
 
 B, S, H, N, D = 2, 3, 2, 8, 8
 BASE = 10000.0

@@ -56,11 +56,11 @@ import torch
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
-from memzoo.attention import KVPrefix
-from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, fifo_reset, filled, slot_positions
-from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
-from memzoo.plugins import register_memory
+from memzoo.core.attention import KVPrefix
+from memzoo.core.config import ModelConfig
+from memzoo.core.fifo import fifo_init, fifo_push, fifo_reset, filled, slot_positions
+from memzoo.core.memory import LayerMemory, SegmentInputs, State, zero_loss
+from memzoo.core.plugins import register_memory
 
 COMPRESSIONS = ("conv", "depthwise-conv", "mean", "max")
 PARTS = ("cmem", "pend", "mem")  # compressed memory, pending (evicted, not yet compressed), FIFO memory: oldest first

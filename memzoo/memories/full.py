@@ -14,10 +14,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_reset
-from memzoo.memory import LayerInputs, LayerMemory, State, zero_loss
-from memzoo.plugins import register_memory
+from memzoo.core.config import ModelConfig
+from memzoo.core.fifo import fifo_reset
+from memzoo.core.memory import LayerInputs, LayerMemory, State, zero_loss
+from memzoo.core.plugins import register_memory
 
 
 @dataclass

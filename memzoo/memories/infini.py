@@ -32,9 +32,9 @@ import torch
 from einops import einsum
 from torch import Tensor
 
-from memzoo.config import ModelConfig
-from memzoo.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
-from memzoo.plugins import register_memory
+from memzoo.core.config import ModelConfig
+from memzoo.core.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
+from memzoo.core.plugins import register_memory
 
 RULES = ("linear", "delta")
 FIRST_READS = ("zeros", "skip")

@@ -9,7 +9,7 @@ Two memories per layer and batch row, as the paper and the authors' code have th
   authors' `mems[:-mem_len]`); its read is added to the STM attention's output.
 
     A = softmax(Q [K(stm); K]ᵀ / √D + causal mask) [V(stm); V] + z        (per head, before W_O)
-    stm, evicted = last mem_len of [stm; SG(h_s)], the states pushed out     (FIFO, memzoo.fifo)
+    stm, evicted = last mem_len of [stm; SG(h_s)], the states pushed out     (FIFO, memzoo.core.fifo)
     B_s = write(B_{s-1}, evicted)                                         (only if something left)
 
 `mem_len = 0` is the LTM alone, fed with every segment (the segment's own attention plus z).
@@ -77,10 +77,10 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
-from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, hidden_prefix
-from memzoo.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
-from memzoo.plugins import register_memory
+from memzoo.core.config import ModelConfig
+from memzoo.core.fifo import fifo_init, fifo_push, hidden_prefix
+from memzoo.core.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
+from memzoo.core.plugins import register_memory
 
 KV_WEIGHTS = ("own", "layer")
 ProjectKV = Callable[[Tensor], tuple[Tensor, Tensor]]

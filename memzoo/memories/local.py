@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memzoo.memory import NoMemory
-from memzoo.plugins import register_memory
+from memzoo.core.memory import NoMemory
+from memzoo.core.plugins import register_memory
 
 
 @dataclass

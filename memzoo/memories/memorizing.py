@@ -52,10 +52,10 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
-from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push_filled, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv
-from memzoo.memory import HeadGate, LayerMemory, SegmentInputs, State, zero_loss
-from memzoo.plugins import register_memory
+from memzoo.core.config import ModelConfig
+from memzoo.core.fifo import fifo_init, fifo_push_filled, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv
+from memzoo.core.memory import HeadGate, LayerMemory, SegmentInputs, State, zero_loss
+from memzoo.core.plugins import register_memory
 
 BACKENDS = ("exact", "faiss")
 

@@ -38,9 +38,9 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from memzoo.config import ModelConfig
-from memzoo.memory import ModelMemory, State
-from memzoo.plugins import register_memory
+from memzoo.core.config import ModelConfig
+from memzoo.core.memory import ModelMemory, State
+from memzoo.core.plugins import register_memory
 
 WRITE_SLOTS = ("memory", "learned")
 MEMORY_MASKS = ("bidirectional", "causal")

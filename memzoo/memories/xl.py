@@ -35,11 +35,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from memzoo.attention import KVPrefix
-from memzoo.config import ModelConfig
-from memzoo.fifo import fifo_init, fifo_push, fifo_reset, hidden_prefix, kv_prefix, kv_slot_shapes, push_kv
-from memzoo.memory import LayerMemory, SegmentInputs, State, zero_loss
-from memzoo.plugins import register_memory
+from memzoo.core.attention import KVPrefix
+from memzoo.core.config import ModelConfig
+from memzoo.core.fifo import fifo_init, fifo_push, fifo_reset, hidden_prefix, kv_prefix, kv_slot_shapes, push_kv
+from memzoo.core.memory import LayerMemory, SegmentInputs, State, zero_loss
+from memzoo.core.plugins import register_memory
 
 CACHES = ("kv", "hidden")
 

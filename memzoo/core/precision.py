@@ -7,6 +7,7 @@ against 150-180). There `bf16` warns once, naming the measured slowdown and the 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 import warnings
@@ -84,3 +85,10 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16_units():
         warn_slow_bf16()
     return precision
+
+
+def autocast_context(precision: str, device: torch.device):
+    """No autocast for fp32, bf16 autocast for bf16; `auto` and the slow-CPU warning: resolve_precision."""
+    if resolve_precision(precision, device) == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)

@@ -1,6 +1,7 @@
 """Evaluation: stream whole documents segment by segment through the state API and report bits
 per byte overall and by segment index within the document (does memory help later segments?),
 tokens per second and peak memory; plus the footprint of the state (analytic and measured).
+The per-method footprint table (plugin, card, measured) is memzoo.suites.footprint.
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from memzoo.catalog import card_footprint, get_card
-from memzoo.config import memory_config, model_config
-from memzoo.data import load_documents, split_documents, stream_documents
-from memzoo.memory import state_bytes, state_numbers
-from memzoo.model import MemoryModel
-from memzoo.train import LN2, autocast_context, token_nll
+from memzoo.core.config import model_config
+from memzoo.core.losses import LN2, token_nll
+from memzoo.core.memory import state_bytes, state_numbers
+from memzoo.core.model import MemoryModel
+from memzoo.core.plugins import get_memory
+from memzoo.core.precision import autocast_context
+from memzoo.data.corpus import load_documents, split_documents, stream_documents
+from memzoo.running.configure import memory_config
 
 
 def peak_rss_mb() -> float:
@@ -122,51 +125,6 @@ def measure_footprint(model: MemoryModel, segments: int = 1, batch_size: int = 1
     return state_numbers(state.all(), batch_size)
 
 
-def footprint_row(cfg: DictConfig, method: str, options: Any, measure: bool = True) -> dict[str, Any]:
-    """One method at this config: plugin analytic, card formula, measured state, compression."""
-    from memzoo.plugins import registered
-
-    mcfg = model_config(cfg)
-    input_len = cfg.train.window_segments * mcfg.segment_len
-    card = get_card(method)
-    row: dict[str, Any] = {"method": method, "input_len": input_len, "footprint_formula": card.footprint_formula}
-    spec = registered().get(method)
-    if spec is None:
-        row.update(implemented=False, analytic=None, measured=None,
-                   card=card_footprint(card, mcfg, dict(options or {}), input_len))
-        return row
-    mem_cfg = memory_config(method, options)
-    parts = spec.cls.footprint(mem_cfg, mcfg, input_len)
-    row.update(implemented=True, analytic=parts["total"], analytic_parts=parts,
-               card=card_footprint(card, mcfg, mem_cfg, input_len))
-    row["card_matches"] = row["card"] == parts.get("table1", parts["total"])
-    if measure:
-        torch.manual_seed(0)
-        model = MemoryModel(mcfg, method, mem_cfg)
-        row["measured"] = measure_footprint(model)
-        row["measured_after_tokens"] = mcfg.segment_len
-        row["analytic_at_measured"] = spec.cls.footprint(mem_cfg, mcfg, mcfg.segment_len)["total"]
-    return row
-
-
-def footprint_table(cfg: DictConfig, measure: bool = True) -> list[dict[str, Any]]:
-    """Rows for every method in cfg.methods (or the config's own method), with `compression`
-    relative to cfg.footprint_reference (Table 2 of the Infini paper compares against the
-    Memorizing Transformer; configs/paper/table1.yaml says so)."""
-    methods = dict(cfg.methods) if cfg.methods else {cfg.memory.name: dict(cfg.memory)}
-    reference = cfg.footprint_reference
-    bar = tqdm(methods.items(), desc="footprint", disable=not measure, leave=False)
-    rows = [footprint_row(cfg, name, opts, measure) for name, opts in bar]
-    ref = next((r for r in rows if r["method"] == reference), None)
-    for r in rows:
-        count = r.get("card")
-        if ref is not None and ref.get("card") and count:
-            r["compression"] = round(ref["card"] / count, 1)
-        else:
-            r["compression"] = None
-    return rows
-
-
 def gate_values(model: MemoryModel) -> dict[str, list[float]]:
     """Per layer, the per-head gate a memory exposes (`gate_values()`, None if it has none): the
     Infini paper's Figure 3 data."""
@@ -189,8 +147,6 @@ def _train_tokens(cfg: DictConfig) -> int:
 
 def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dict[str, Any]) -> dict[str, Any]:
     """eval-SPLIT.json (the full evaluation of that split) and result.json (the run's row in a results table)."""
-    from memzoo.plugins import get_memory
-
     run_dir = Path(run_dir)
     (run_dir / f"eval-{result['split']}.json").write_text(json.dumps(result, indent=1))
     mcfg = model_config(cfg)

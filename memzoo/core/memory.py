@@ -25,8 +25,8 @@ from typing import Any, Callable, ClassVar, Optional
 import torch
 from torch import Tensor, nn
 
-from memzoo.attention import LocalAttention
-from memzoo.config import ModelConfig
+from memzoo.core.attention import LocalAttention
+from memzoo.core.config import ModelConfig
 
 State = dict[str, Tensor]
 

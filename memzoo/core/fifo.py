@@ -11,8 +11,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from memzoo.attention import KVPrefix
-from memzoo.memory import State
+from memzoo.core.attention import KVPrefix
+from memzoo.core.memory import State
 
 
 def fifo_init(batch_size: int, capacity: int, shapes: dict[str, tuple[int, ...]], device: torch.device,

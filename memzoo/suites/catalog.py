@@ -16,8 +16,9 @@ from typing import Any, Optional
 
 import yaml
 
-from memzoo.config import ModelConfig
-from memzoo.resources import resource_dir
+from memzoo.core.config import ModelConfig
+from memzoo.core.plugins import registered
+from memzoo.core.resources import resource_dir
 
 _BINOPS = {
     ast.Add: operator.add,
@@ -110,8 +111,6 @@ def get_card(name: str) -> Card:
 
 def catalogue() -> list[dict[str, Any]]:
     """Every card and every registered plugin (a plugin without a card still appears)."""
-    from memzoo.plugins import registered
-
     plugins = registered()
     cards = load_cards()
     rows = []

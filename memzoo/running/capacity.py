@@ -23,8 +23,12 @@ from typing import Any, Optional
 import torch
 from omegaconf import DictConfig
 
-from memzoo.model import MemoryModel
-from memzoo.tasks import SegmentRecallExample, recall_chance, segment_recall_example
+from memzoo.core.config import model_config
+from memzoo.core.model import MemoryModel
+from memzoo.core.plugins import get_memory
+from memzoo.data.tasks import SegmentRecallExample, recall_chance, segment_recall_example
+from memzoo.running.configure import memory_config
+from memzoo.running.evaluate import gate_values, measure_footprint, peak_rss_mb
 
 EVAL_SEED_OFFSET = 7_919_000_003  # held-out examples: a generator no training step uses
 
@@ -96,10 +100,6 @@ def capacity_metrics(model: MemoryModel, examples: list[SegmentRecallExample]) -
 def write_capacity_result(run_dir: Path, cfg: DictConfig, model: MemoryModel,
                           examples: Optional[int] = None) -> dict[str, Any]:
     """Evaluate a recall-across-segments run and write its result.json (the run's table row)."""
-    from memzoo.config import memory_config, model_config
-    from memzoo.evaluate import gate_values, measure_footprint, peak_rss_mb
-    from memzoo.plugins import get_memory
-
     task = cfg.task
     if task.name != "recall" or not task.gap_segments:
         raise ValueError(f"capacity evaluation needs task.name=recall with task.gap_segments >= 1; got "

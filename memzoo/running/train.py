@@ -10,44 +10,26 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional
 
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from memzoo import distributed as dist
-from memzoo.config import TrainConfig, load_config, memory_config, model_config, to_yaml
-from memzoo.data import Batch, WindowSampler, load_documents, split_documents
-from memzoo.model import MemoryModel, ModelState
-from memzoo.precision import resolve_precision
-from memzoo.tasks import TaskSampler
-
-LN2 = math.log(2.0)
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device='cuda' but no CUDA device is available; use 'cpu' or 'auto'")
-    return torch.device(name)
-
-
-def autocast_context(precision: str, device: torch.device):
-    """No autocast for fp32, bf16 autocast for bf16; `auto` and the slow-CPU warning: memzoo.precision."""
-    if resolve_precision(precision, device) == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
-def build_model(cfg: DictConfig) -> MemoryModel:
-    return MemoryModel(model_config(cfg), cfg.memory.name, memory_config(cfg.memory.name, cfg.memory))
+from memzoo.core.config import TrainConfig, to_yaml
+from memzoo.core.losses import LN2, token_nll
+from memzoo.core.model import MemoryModel, ModelState
+from memzoo.core.precision import autocast_context
+from memzoo.data.corpus import Batch, WindowSampler, load_documents, split_documents
+from memzoo.data.tasks import TaskSampler
+from memzoo.running import distributed as dist
+from memzoo.running.capacity import write_capacity_result
+from memzoo.running.checkpoints import load_checkpoint, load_run_weights, save_checkpoint
+from memzoo.running.configure import build_model, pick_device
+from memzoo.running.evaluate import evaluate_run, write_result
 
 
 def lr_at(step: int, tc: TrainConfig | DictConfig) -> float:
@@ -65,11 +47,6 @@ class WindowResult:
     tokens: int
     aux: float
     state: ModelState
-
-
-def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-token negative log-likelihood in nats: logits [..., V], targets [...] -> [...]."""
-    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), reduction="none").view(targets.shape)
 
 
 def train_window(model: MemoryModel, batch: Batch, bptt_segments: int, aux_weight: float = 1.0,
@@ -111,56 +88,6 @@ def train_window(model: MemoryModel, batch: Batch, bptt_segments: int, aux_weigh
     return WindowResult(nll_sum, int(batch.mask.sum()), aux_sum, state)
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def save_checkpoint(run_dir: Path, model: MemoryModel, optimizer: torch.optim.Optimizer, step: int,
-                    rng: Optional[torch.Tensor] = None) -> None:
-    """Atomically write the state after `step` completed steps (rng: the RNG state to resume with)."""
-    _atomic_save(
-        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-         "rng": torch.get_rng_state() if rng is None else rng},
-        run_dir / "checkpoint.pt",
-    )
-
-
-def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    return torch.load(run_dir / "checkpoint.pt", map_location=map_location, weights_only=True)
-
-
-def load_run(run_dir: str | Path, device: str | torch.device | None = "cpu") -> tuple[DictConfig, MemoryModel]:
-    """The resolved config and trained model of a run folder (device None: the run's train.device)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    cfg = load_config(str(run_dir / "config.yaml"))
-    device = pick_device(cfg.train.device) if device is None else device
-    model = build_model(cfg).to(device)
-    if (run_dir / "checkpoint.pt").is_file():
-        model.load_state_dict(load_checkpoint(run_dir, device)["model"])
-    return cfg, model
-
-
-def load_trained(run_dir: str | Path) -> tuple[DictConfig, MemoryModel]:
-    """A run's config and trained model on the run's own device (train.device); a folder without
-    a checkpoint is an error, not silently random weights."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "checkpoint.pt").is_file():
-        raise FileNotFoundError(f"{run_dir} has no checkpoint.pt: train the run first")
-    return load_run(run_dir, device=None)
-
-
-def load_run_weights(run_dir: str | Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """The trained weights of a run folder (`task.init_from`: fine-tuning starts from them)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "checkpoint.pt").is_file():
-        raise FileNotFoundError(f"task.init_from={str(run_dir)!r} has no checkpoint.pt; train that run first")
-    return load_checkpoint(run_dir, device)["model"]
-
-
 def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
     """step -> training batch: corpus windows (task lm) or a synthetic task's examples."""
     tc = cfg.train
@@ -197,10 +124,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
 
     `on_step(step)` is called after each completed step (tests use it to interrupt a run).
     Under torchrun (WORLD_SIZE > 1) every rank trains on its rows of each global batch through
-    DDP (memzoo.distributed); only rank 0 writes the run folder.
+    DDP (memzoo.running.distributed); only rank 0 writes the run folder.
     """
-    from memzoo.evaluate import evaluate_run
-
     tc = cfg.train
     run_dir = Path(run_dir) if run_dir is not None else run_dir_for(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -291,12 +216,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     if rank.is_main:
         save_checkpoint(run_dir, model, optimizer, step)
         if evaluate_at_end and cfg.task.name == "recall" and cfg.task.gap_segments:
-            from memzoo.capacity import write_capacity_result  # recall across segments is scored by recall, not bpb
-
-            write_capacity_result(run_dir, cfg, model)
+            write_capacity_result(run_dir, cfg, model)  # recall across segments is scored by recall, not bpb
         elif evaluate_at_end:
-            from memzoo.evaluate import write_result
-
             result = evaluate_run(cfg, model, progress=progress)
             write_result(run_dir, cfg, model, result)
     dist.teardown(rank)

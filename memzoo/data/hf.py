@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Optional
 
-from memzoo.config import ConfigError, DataConfig
+from memzoo.core.config import ConfigError, DataConfig
 
 
 def parse_source(source: str) -> tuple[str, Optional[str], str]:

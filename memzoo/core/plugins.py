@@ -4,19 +4,19 @@ group `memzoo.memories` for plugins shipped by other installed packages.
     @register_memory("my-memory", config=MyConfig)
     class MyMemory(LayerMemory): ...
 
-An entry point names the module (or object) to import; importing it runs its decorators.
+An entry point names the module (or object) to import; importing it runs its decorators. The
+in-tree plugins (memzoo.memories, a layer above this one) register when `import memzoo` imports
+that package; discovery here loads the entry points.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Callable, Optional
 
-from memzoo.config import ModelConfig
-from memzoo.memory import LayerMemory, MemoryParts, ModelMemory, NoMemory
+from memzoo.core.config import ModelConfig
+from memzoo.core.memory import LayerMemory, MemoryParts, ModelMemory, NoMemory
 
 ENTRY_POINT_GROUP = "memzoo.memories"
 
@@ -76,15 +76,11 @@ def unregister_memory(name: str) -> None:
 
 
 def discover() -> None:
-    """Import the in-tree plugins and every `memzoo.memories` entry point (once)."""
+    """Import every `memzoo.memories` entry point (once); the in-tree plugins registered at `import memzoo`."""
     global _discovered
     if _discovered:
         return
     _discovered = True
-    import memzoo.memories as pkg
-
-    for info in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"{pkg.__name__}.{info.name}")
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             ep.load()

@@ -19,8 +19,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from memzoo.model import MemoryModel, ModelState
-from memzoo.train import autocast_context
+from memzoo.core.model import MemoryModel, ModelState
+from memzoo.core.precision import autocast_context
 
 
 class StreamingDecoder:

@@ -3,7 +3,7 @@
 The embedded default corpus is the running interpreter's standard-library source (`*.py` under
 `sysconfig.get_paths()["stdlib"]`, site-packages excluded): real, long documents on every machine,
 one document per file, split deterministically by path. Local files, folders and globs work too, and
-Hugging Face datasets (`hf:NAME[:CONFIG][:SPLIT]`, streamed; memzoo.hf).
+Hugging Face datasets (`hf:NAME[:CONFIG][:SPLIT]`, streamed; memzoo.data.hf).
 
 Documents are cut into segments of N bytes; a document's last segment is padded (masked), so a
 document boundary always falls at a segment start and is carried as a per-row `reset` flag.
@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 import torch
 from torch import Tensor
 
-from memzoo.config import DataConfig
+from memzoo.core.config import DataConfig
 
 
 @dataclass
@@ -71,8 +71,8 @@ def load_documents(cfg: DataConfig) -> list[Document]:
         root = stdlib_root()
         paths = [p for p in root.rglob("*.py") if "site-packages" not in p.parts and "__pycache__" not in p.parts]
         docs = _read_paths(paths, root, min_bytes, limit)
-    elif source.startswith("hf:"):  # a Hugging Face dataset, streamed (memzoo.hf)
-        from memzoo.hf import iter_examples
+    elif source.startswith("hf:"):  # a Hugging Face dataset, streamed (memzoo.data.hf)
+        from memzoo.data.hf import iter_examples
 
         docs = []
         for name, data in iter_examples(cfg):

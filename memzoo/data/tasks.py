@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from memzoo.data import Batch
+from memzoo.data.corpus import Batch
 
 PREAMBLE = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "

@@ -27,10 +27,10 @@ from typing import Any, Optional
 import torch
 from tqdm.auto import tqdm
 
-from memzoo.evaluate import peak_rss_mb
-from memzoo.generate import StreamingDecoder
-from memzoo.model import MemoryModel
-from memzoo.tasks import bytes_to_tensor, passkey_fixed_bytes, passkey_prompt, random_key, recall_example, score_passkey
+from memzoo.core.model import MemoryModel
+from memzoo.data.tasks import bytes_to_tensor, passkey_fixed_bytes, passkey_prompt, random_key, recall_example, score_passkey
+from memzoo.running.evaluate import peak_rss_mb
+from memzoo.running.generate import StreamingDecoder
 
 
 def total_memory_mb() -> float:
@@ -221,7 +221,7 @@ def evaluate_length(model: MemoryModel, length: int, cfg: LongRangeConfig, preci
 
 def _length_worker(run_dir: str, length: int, cfg_dict: dict[str, Any], progress: bool) -> list[dict[str, Any]]:
     """One length in this (fresh) process."""
-    from memzoo.train import load_trained
+    from memzoo.running.checkpoints import load_trained
 
     cfg = LongRangeConfig(**cfg_dict)
     if cfg.threads:
@@ -285,7 +285,7 @@ def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool =
     per (length, depth) for passkey, per length for recall), keeping them in RUN_DIR/TASK.json and
     the run's result.json after each length. `model`: evaluate this model in-process instead of
     loading the run (with isolate off)."""
-    from memzoo.train import load_trained
+    from memzoo.running.checkpoints import load_trained
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from memzoo.data import Batch
+from memzoo.data.corpus import Batch
 
 
 @dataclass(frozen=True)

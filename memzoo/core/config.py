@@ -1,8 +1,8 @@
-"""Structured run configuration (OmegaConf): schema, YAML presets, `key=value` overrides, validation.
+"""The run configuration's schema (OmegaConf): dataclasses, YAML presets, `key=value` overrides.
 
-A run config has fixed sections (model, data, train, eval) checked against dataclasses, and a
-`memory` section checked against the chosen plugin's own config dataclass, so an unknown key or a
-wrong type is an error that names it, wherever it appears.
+A run config has fixed sections (model, data, train, eval, task) checked against these dataclasses.
+The checks that need the registry or the tasks (the `memory` section against the chosen plugin's
+own config dataclass, the task's layout) sit above both, in memzoo.running.configure.
 """
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from memzoo.precision import PRECISIONS
-from memzoo.resources import resource_dir
+from memzoo.core.resources import resource_dir
 
 
 class ConfigError(ValueError):
@@ -49,7 +48,7 @@ class ModelConfig:
 class DataConfig:
     """Where the bytes come from. `stdlib` is the embedded default corpus."""
 
-    source: str = "stdlib"  # "stdlib", a file, a folder, a glob, or hf:NAME[:CONFIG][:SPLIT] (memzoo.hf)
+    source: str = "stdlib"  # "stdlib", a file, a folder, a glob, or hf:NAME[:CONFIG][:SPLIT] (memzoo.data.hf)
     valid_fraction: float = 0.05
     test_fraction: float = 0.05
     min_doc_bytes: int = 64
@@ -90,7 +89,7 @@ class EvalConfig:
 
 @dataclass
 class TaskConfig:
-    """What a run trains on: the corpus (`lm`) or a synthetic task (memzoo.tasks), optionally
+    """What a run trains on: the corpus (`lm`) or a synthetic task (memzoo.data.tasks), optionally
     starting from another run's weights (fine-tuning)."""
 
     name: str = "lm"  # lm | passkey | recall
@@ -166,91 +165,6 @@ def _merge_checked(schema: Any, *layers: Any, where: str) -> DictConfig:
         key = getattr(err, "full_key", None) or getattr(err, "key", None)
         where_key = f"{where}.{key}" if where and key else (key or where)
         raise ConfigError(f"bad config key or value at {where_key!r}: {err.msg if hasattr(err, 'msg') else err}") from None
-
-
-def memory_config(name: str, options: Any) -> Any:
-    """Validate one method's options against its plugin's config dataclass; returns the dataclass."""
-    from memzoo.plugins import get_memory
-
-    spec = get_memory(name)
-    opts = OmegaConf.create(options if options is not None else {})
-    opts = OmegaConf.masked_copy(opts, [k for k in opts.keys() if k != "name"]) if "name" in opts else opts
-    schema = OmegaConf.structured(spec.config_cls(**spec.defaults))
-    merged = _merge_checked(schema, opts, where=f"memory[{name}]")
-    return OmegaConf.to_object(merged)
-
-
-def resolve(cfg: DictConfig) -> DictConfig:
-    """Check the memory section against its plugin and derived constraints; returns the full config."""
-    name = cfg.memory.get("name") if isinstance(cfg.memory, DictConfig) else None
-    if not name:
-        raise ConfigError("memory.name is missing; set it to a registered method (see `memzoo list`)")
-    mem = memory_config(name, cfg.memory)
-    cfg.memory = OmegaConf.merge({"name": name}, OmegaConf.structured(mem))
-    from memzoo.plugins import registered
-
-    for method, options in (cfg.methods or {}).items():
-        if method in registered() or not _has_card(method):
-            memory_config(method, options)  # validate early; raises naming the key or listing methods
-    m = cfg.model
-    for key in ("vocab_size", "d_model", "n_layers", "n_heads", "segment_len"):
-        if m[key] < 1:
-            raise ConfigError(f"model.{key}={m[key]}; expected a positive integer")
-    if m.d_model % m.n_heads or (m.d_model // m.n_heads) % 2:
-        raise ConfigError(
-            f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads} into an even head width (RoPE rotates pairs)"
-        )
-    for key in ("valid_fraction", "test_fraction"):
-        if not 0 <= cfg.data[key] < 1:
-            raise ConfigError(f"data.{key}={cfg.data[key]}; expected a fraction in [0, 1)")
-    if cfg.data.valid_fraction + cfg.data.test_fraction >= 1:
-        raise ConfigError("data.valid_fraction + data.test_fraction must leave documents for training")
-    for key in ("steps", "batch_size", "window_segments"):
-        if cfg.train[key] < 1:
-            raise ConfigError(f"train.{key}={cfg.train[key]}; expected a positive integer")
-    if cfg.train.precision not in PRECISIONS:
-        raise ConfigError(
-            f"train.precision={cfg.train.precision!r}; expected fp32, bf16 or auto (fp16 would need loss scaling; use bf16)"
-        )
-    if cfg.model.init not in ("small", "torch"):
-        raise ConfigError(f"model.init={cfg.model.init!r}; expected small or torch")
-    if cfg.model.attention_backend not in ("auto", "sdpa", "xformers"):
-        raise ConfigError(f"model.attention_backend={cfg.model.attention_backend!r}; expected auto, sdpa or xformers")
-    if cfg.train.bptt_segments < 1 or (cfg.task.name == "lm" and cfg.train.window_segments % cfg.train.bptt_segments):
-        raise ConfigError(
-            f"train.bptt_segments={cfg.train.bptt_segments} must be >= 1 and divide train.window_segments={cfg.train.window_segments}"
-        )
-    from memzoo.tasks import check_task
-
-    try:
-        check_task(cfg.task, cfg.model.segment_len)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    return cfg
-
-
-def _has_card(name: str) -> bool:
-    """A catalogued method that is not implemented yet may still be listed (footprint from its card)."""
-    return (resource_dir("registry") / f"{name}.yaml").is_file()
-
-
-def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> DictConfig:
-    """Schema <- preset YAML <- `key=value` overrides, validated. Errors name the bad key."""
-    schema = OmegaConf.structured(RunConfig)
-    layers: list[Any] = []
-    if name_or_path:
-        layers.append(_load_yaml_chain(preset_path(name_or_path)))
-    if overrides:
-        layers.append(_parse_overrides(overrides))
-    # `memory` is free-form in the schema: when an override changes the method, the preset's
-    # options belong to the old method and are dropped, not merged into the new one.
-    if overrides and layers and "memory" in layers[0]:
-        new_name = OmegaConf.select(layers[-1], "memory.name")
-        if new_name is not None and new_name != layers[0].memory.get("name"):
-            layers[0] = OmegaConf.merge(layers[0], {})
-            layers[0].memory = {"name": new_name}
-    cfg = _merge_checked(schema, *layers, where="")
-    return resolve(cfg)
 
 
 def model_config(cfg: DictConfig) -> ModelConfig:

@@ -19,10 +19,10 @@ from einops import rearrange
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from memzoo.attention import LocalAttention
-from memzoo.config import ModelConfig
-from memzoo.memory import LayerInputs, LayerMemory, ModelMemory, State, map_state, zero_loss
-from memzoo.plugins import build_memory, get_memory
+from memzoo.core.attention import LocalAttention
+from memzoo.core.config import ModelConfig
+from memzoo.core.memory import LayerInputs, LayerMemory, ModelMemory, State, map_state, zero_loss
+from memzoo.core.plugins import build_memory, get_memory
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Suites as cluster jobs: every unfinished run of a suite becomes one submitit job (a SLURM job
-array where the runs are submitted together) that runs the same `_worker` as local worker processes.
+array where the runs are submitted together) that runs the same worker as local worker processes
+(memzoo.suites.compare passes it in).
 
 `slurm` submits to SLURM; `submitit-local` runs the same path through submitit's local executor
 (real pickling, real job folders; how it is tested). Submitted job ids are kept in the suite's
@@ -13,11 +14,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.config import ConfigError, _merge_checked
+from memzoo.core.config import ConfigError, _merge_checked
 
 LAUNCHERS = ("local", "submitit-local", "slurm")
 # SLURM states (sacct) in which a job may still produce its run; UNKNOWN: submitted, not yet listed.
@@ -126,14 +127,12 @@ def _failure_text(folder: Path, job_id: str) -> str:
     return lines[-1][:300] if lines else f"job {job_id} ended without a result (killed?); see {err.parent}"
 
 
-def run_jobs(kind: str, suite: DictConfig, root: Path, todo: list[Any], worker_args, finished, on_done,
-             wait: bool = True, progress: bool = True) -> dict[str, str]:
+def run_jobs(kind: str, suite: DictConfig, root: Path, todo: list[Any], worker: Callable[..., Any], worker_args,
+             finished, on_done, wait: bool = True, progress: bool = True) -> dict[str, str]:
     """Submit every run of `todo` not already queued or running as one job each (an array), then
-    (with `wait`) poll until all are done. `worker_args(spec)`: the local worker's arguments;
-    `finished(spec)`: whether the run is complete; `on_done(spec)` after each job ends. Returns
+    (with `wait`) poll until all are done. Each job runs `worker(*worker_args(spec))` (the suite's
+    worker, the one local worker processes run); `finished(spec)`: whether the run is complete; `on_done(spec)` after each job ends. Returns
     {run name: failure} for runs whose job ended without finishing them."""
-    from memzoo.compare import _worker
-
     cfg = launcher_config(suite.get("launcher"))
     folder = root / cfg.folder
     folder.mkdir(parents=True, exist_ok=True)
@@ -144,7 +143,7 @@ def run_jobs(kind: str, suite: DictConfig, root: Path, todo: list[Any], worker_a
     submit, running = plan(todo, records, lambda rec: rec.get("kind") == kind and job_active(rec, folder))
     if submit:
         with executor.batch():
-            jobs = [executor.submit(_worker, *worker_args(s)) for s in submit]
+            jobs = [executor.submit(worker, *worker_args(s)) for s in submit]
         for spec, job in zip(submit, jobs):
             fresh[spec.name] = job
             records[spec.name] = {"kind": kind, "job_id": str(job.job_id), "submitted": time.time()}

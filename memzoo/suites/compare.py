@@ -22,7 +22,8 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from memzoo.config import ConfigError, RunConfig, _merge_checked, load_config, preset_path, resolve, to_yaml
+from memzoo.core.config import ConfigError, RunConfig, _merge_checked, preset_path, to_yaml
+from memzoo.running.configure import load_config, resolve
 
 
 @dataclass
@@ -45,10 +46,10 @@ class SuiteConfig:
     # Optional second stage: run-config overrides for fine-tuning each pretrained run (e.g. on the
     # passkey task); the pretrained run is kept as NAME-lm and the fine-tuned one is the suite's run.
     finetune: Any = None
-    # Optional last stage: long-range evaluations of each run, a list of memzoo.longrange.LongRangeConfig
+    # Optional last stage: long-range evaluations of each run, a list of memzoo.running.longrange.LongRangeConfig
     # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]); their rows join the results table.
     longrange: Any = field(default_factory=list)
-    # Cluster settings for `--launcher slurm|submitit-local` (memzoo.launchers.LauncherConfig):
+    # Cluster settings for `--launcher slurm|submitit-local` (memzoo.suites.launchers.LauncherConfig):
     # partition, account, gpus_per_node, cpus_per_task, mem_gb, timeout_min, additional, setup, ...
     launcher: Any = field(default_factory=dict)
     # Optional sweep over run-config keys applied to every method, one run per combination
@@ -112,7 +113,7 @@ def import_plugins(paths: list[str]) -> None:
 
 
 def suite_methods(suite: DictConfig) -> list[str]:
-    from memzoo.plugins import registered
+    from memzoo.core.plugins import registered
 
     import_plugins(list(suite.imports))
     known = registered()
@@ -205,7 +206,7 @@ def _finetune_config(pretrain: DictConfig, overrides: Any, root: Path, name: str
 
 def longrange_configs(suite: DictConfig, threads: int = 0) -> list[Any]:
     """The suite's long-range evaluations as LongRangeConfig objects (validated early)."""
-    from memzoo.longrange import LongRangeConfig
+    from memzoo.running.longrange import LongRangeConfig
 
     configs = []
     for i, options in enumerate(suite.longrange or []):
@@ -236,7 +237,7 @@ def is_finished(spec: RunSpec, stages: list[dict[str, Any]]) -> bool:
 
 def parameter_counts(specs: list[RunSpec]) -> dict[str, int]:
     """Parameters of each run's model (built, not trained)."""
-    from memzoo.train import build_model
+    from memzoo.running.configure import build_model
 
     return {s.name: build_model(s.cfg).num_parameters() for s in specs}
 
@@ -306,9 +307,9 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
     Progress goes to run_dir/progress.json."""
     import torch
 
-    from memzoo.config import load_config as _load
-    from memzoo.longrange import LongRangeConfig, evaluate_longrange
-    from memzoo.train import train
+    from memzoo.running.configure import load_config as _load
+    from memzoo.running.longrange import LongRangeConfig, evaluate_longrange
+    from memzoo.running.train import train
 
     if threads:
         torch.set_num_threads(threads)
@@ -370,7 +371,7 @@ def collect_suite(suite: DictConfig) -> pd.DataFrame:
 def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = True, launcher: Optional[str] = None,
               wait: bool = True) -> pd.DataFrame:
     """Run every unfinished run of the suite; returns the results table. `launcher`: None for local
-    worker processes, or one submitit job per run (`slurm`, `submitit-local`; memzoo.launchers)."""
+    worker processes, or one submitit job per run (`slurm`, `submitit-local`; memzoo.suites.launchers)."""
     root = suite_dir(suite)
     root.mkdir(parents=True, exist_ok=True)
     specs = expand(suite)
@@ -386,10 +387,10 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
     todo = [s for s in specs if not is_finished(s, _stages_signature(longrange))]
     jobs = jobs or suite.jobs
     if launcher is not None:  # one job per run on a cluster (or submitit's local executor), the same worker
-        from memzoo.launchers import launcher_config, run_jobs
+        from memzoo.suites.launchers import launcher_config, run_jobs
 
         threads = suite.threads_per_job or launcher_config(suite.launcher).cpus_per_task
-        failures = run_jobs(launcher, suite, root, todo, lambda s: _worker_args(s, suite, threads, longrange),
+        failures = run_jobs(launcher, suite, root, todo, _worker, lambda s: _worker_args(s, suite, threads, longrange),
                             lambda s: is_finished(s, _stages_signature(longrange)), lambda s: write_table(root, specs),
                             wait=wait, progress=progress)
         return _finish(root, specs, failures)

@@ -1,0 +1,14 @@
+"""Loss helpers that training and evaluation share: per-token negative log-likelihood, and nats to bits."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+LN2 = math.log(2.0)  # nats per bit: bits per byte = nats per byte / LN2
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-token negative log-likelihood in nats: logits [..., V], targets [...] -> [...]."""
+    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), reduction="none").view(targets.shape)

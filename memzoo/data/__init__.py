@@ -1,0 +1,2 @@
+"""Data: the byte corpus (stdlib source, local files, Hugging Face datasets) and the synthetic
+long-range tasks (passkey, associative recall)."""

@@ -1,0 +1,63 @@
+"""Run folders on disk: the checkpoint (model, optimiser, step, RNG; loadable with weights_only=True),
+written atomically, and a run's config and trained model read back (evaluation, streaming, fine-tuning)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from omegaconf import DictConfig
+
+from memzoo.core.model import MemoryModel
+from memzoo.running.configure import build_model, load_config, pick_device
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(run_dir: Path, model: MemoryModel, optimizer: torch.optim.Optimizer, step: int,
+                    rng: Optional[torch.Tensor] = None) -> None:
+    """Atomically write the state after `step` completed steps (rng: the RNG state to resume with)."""
+    _atomic_save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+         "rng": torch.get_rng_state() if rng is None else rng},
+        run_dir / "checkpoint.pt",
+    )
+
+
+def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    return torch.load(run_dir / "checkpoint.pt", map_location=map_location, weights_only=True)
+
+
+def load_run(run_dir: str | Path, device: str | torch.device | None = "cpu") -> tuple[DictConfig, MemoryModel]:
+    """The resolved config and trained model of a run folder (device None: the run's train.device)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
+    cfg = load_config(str(run_dir / "config.yaml"))
+    device = pick_device(cfg.train.device) if device is None else device
+    model = build_model(cfg).to(device)
+    if (run_dir / "checkpoint.pt").is_file():
+        model.load_state_dict(load_checkpoint(run_dir, device)["model"])
+    return cfg, model
+
+
+def load_trained(run_dir: str | Path) -> tuple[DictConfig, MemoryModel]:
+    """A run's config and trained model on the run's own device (train.device); a folder without
+    a checkpoint is an error, not silently random weights."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "checkpoint.pt").is_file():
+        raise FileNotFoundError(f"{run_dir} has no checkpoint.pt: train the run first")
+    return load_run(run_dir, device=None)
+
+
+def load_run_weights(run_dir: str | Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """The trained weights of a run folder (`task.init_from`: fine-tuning starts from them)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "checkpoint.pt").is_file():
+        raise FileNotFoundError(f"task.init_from={str(run_dir)!r} has no checkpoint.pt; train that run first")
+    return load_checkpoint(run_dir, device)["model"]

@@ -1,0 +1,114 @@
+"""A run's configuration made usable: presets and `key=value` overrides merged into the schema
+(memzoo.core.config) and validated where the registry and the tasks are both known, and the model
+and device a resolved config names.
+
+The `memory` section is checked against the chosen plugin's own config dataclass, so an unknown key
+or a wrong type is an error that names it, wherever it appears.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from memzoo.core.config import (ConfigError, RunConfig, _load_yaml_chain, _merge_checked, _parse_overrides, model_config,
+                                preset_path)
+from memzoo.core.model import MemoryModel
+from memzoo.core.plugins import get_memory, registered
+from memzoo.core.precision import PRECISIONS
+from memzoo.core.resources import resource_dir
+from memzoo.data.tasks import check_task
+
+
+def memory_config(name: str, options: Any) -> Any:
+    """Validate one method's options against its plugin's config dataclass; returns the dataclass."""
+    spec = get_memory(name)
+    opts = OmegaConf.create(options if options is not None else {})
+    opts = OmegaConf.masked_copy(opts, [k for k in opts.keys() if k != "name"]) if "name" in opts else opts
+    schema = OmegaConf.structured(spec.config_cls(**spec.defaults))
+    merged = _merge_checked(schema, opts, where=f"memory[{name}]")
+    return OmegaConf.to_object(merged)
+
+
+def resolve(cfg: DictConfig) -> DictConfig:
+    """Check the memory section against its plugin and derived constraints; returns the full config."""
+    name = cfg.memory.get("name") if isinstance(cfg.memory, DictConfig) else None
+    if not name:
+        raise ConfigError("memory.name is missing; set it to a registered method (see `memzoo list`)")
+    mem = memory_config(name, cfg.memory)
+    cfg.memory = OmegaConf.merge({"name": name}, OmegaConf.structured(mem))
+    for method, options in (cfg.methods or {}).items():
+        if method in registered() or not _has_card(method):
+            memory_config(method, options)  # validate early; raises naming the key or listing methods
+    m = cfg.model
+    for key in ("vocab_size", "d_model", "n_layers", "n_heads", "segment_len"):
+        if m[key] < 1:
+            raise ConfigError(f"model.{key}={m[key]}; expected a positive integer")
+    if m.d_model % m.n_heads or (m.d_model // m.n_heads) % 2:
+        raise ConfigError(
+            f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads} into an even head width (RoPE rotates pairs)"
+        )
+    for key in ("valid_fraction", "test_fraction"):
+        if not 0 <= cfg.data[key] < 1:
+            raise ConfigError(f"data.{key}={cfg.data[key]}; expected a fraction in [0, 1)")
+    if cfg.data.valid_fraction + cfg.data.test_fraction >= 1:
+        raise ConfigError("data.valid_fraction + data.test_fraction must leave documents for training")
+    for key in ("steps", "batch_size", "window_segments"):
+        if cfg.train[key] < 1:
+            raise ConfigError(f"train.{key}={cfg.train[key]}; expected a positive integer")
+    if cfg.train.precision not in PRECISIONS:
+        raise ConfigError(
+            f"train.precision={cfg.train.precision!r}; expected fp32, bf16 or auto (fp16 would need loss scaling; use bf16)"
+        )
+    if cfg.model.init not in ("small", "torch"):
+        raise ConfigError(f"model.init={cfg.model.init!r}; expected small or torch")
+    if cfg.model.attention_backend not in ("auto", "sdpa", "xformers"):
+        raise ConfigError(f"model.attention_backend={cfg.model.attention_backend!r}; expected auto, sdpa or xformers")
+    if cfg.train.bptt_segments < 1 or (cfg.task.name == "lm" and cfg.train.window_segments % cfg.train.bptt_segments):
+        raise ConfigError(
+            f"train.bptt_segments={cfg.train.bptt_segments} must be >= 1 and divide train.window_segments={cfg.train.window_segments}"
+        )
+    try:
+        check_task(cfg.task, cfg.model.segment_len)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return cfg
+
+
+def _has_card(name: str) -> bool:
+    """A catalogued method that is not implemented yet may still be listed (footprint from its card)."""
+    return (resource_dir("registry") / f"{name}.yaml").is_file()
+
+
+def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> DictConfig:
+    """Schema <- preset YAML <- `key=value` overrides, validated. Errors name the bad key."""
+    schema = OmegaConf.structured(RunConfig)
+    layers: list[Any] = []
+    if name_or_path:
+        layers.append(_load_yaml_chain(preset_path(name_or_path)))
+    if overrides:
+        layers.append(_parse_overrides(overrides))
+    # `memory` is free-form in the schema: when an override changes the method, the preset's
+    # options belong to the old method and are dropped, not merged into the new one.
+    if overrides and layers and "memory" in layers[0]:
+        new_name = OmegaConf.select(layers[-1], "memory.name")
+        if new_name is not None and new_name != layers[0].memory.get("name"):
+            layers[0] = OmegaConf.merge(layers[0], {})
+            layers[0].memory = {"name": new_name}
+    cfg = _merge_checked(schema, *layers, where="")
+    return resolve(cfg)
+
+
+def pick_device(name: str) -> torch.device:
+    """The device `train.device` names (auto: CUDA when present); asking for a missing CUDA is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device='cuda' but no CUDA device is available; use 'cpu' or 'auto'")
+    return torch.device(name)
+
+
+def build_model(cfg: DictConfig) -> MemoryModel:
+    """The untrained model of a resolved config: the backbone with its method's memory."""
+    return MemoryModel(model_config(cfg), cfg.memory.name, memory_config(cfg.memory.name, cfg.memory))

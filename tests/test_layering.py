@@ -1,0 +1,232 @@
+"""The package's folders are its layers: each module imports only from its own layer and those below,
+no import cycle ties modules together, every `memzoo` import and dotted name in the repository names
+something that exists, and a checkout imports the subpackages that live in its top-level folders."""
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Low to high. A module may import modules of its own layer and of the layers before it.
+LAYERS = ["core", "memories", "data", "analysis", "running", "suites", "api"]
+# memzoo.<first name> -> layer; memzoo itself (the public API), memzoo.cli and memzoo.__main__ are the top.
+LAYER_OF = {"core": "core", "registry": "core", "configs": "core", "memories": "memories", "data": "data",
+            "analysis": "analysis", "running": "running", "suites": "suites", "cli": "api", "__main__": "api"}
+# Where each shipped subpackage's files sit in a checkout (pyproject.toml's package-dir).
+SOURCES = {"memzoo": ROOT / "memzoo", "memzoo.analysis": ROOT / "analysis", "memzoo.registry": ROOT / "registry",
+           "memzoo.configs": ROOT / "configs"}
+
+
+def package_modules() -> dict[str, Path]:
+    """Every module of the package as shipped: dotted name -> file."""
+    modules: dict[str, Path] = {}
+    for prefix, folder in SOURCES.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = [*prefix.split("."), *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def layer(module: str) -> str:
+    if module == "memzoo":
+        return "api"
+    first = module.split(".")[1]
+    if first not in LAYER_OF:
+        raise AssertionError(f"{module} is in no layer; give memzoo.{first} a place in LAYER_OF")
+    return LAYER_OF[first]
+
+
+def imported(module: str, path: Path, known: set[str]) -> Iterator[tuple[str, int, str]]:
+    """(imported memzoo module, line, statement) for every import in the file, inside functions too."""
+    text = path.read_text()
+    tree = ast.parse(text, str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from .x import y
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # `from package import submodule` imports the submodule; `from module import name` the module
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            if target == "memzoo" or target.startswith("memzoo."):
+                yield target, node.lineno, ast.get_source_segment(text, node) or target
+
+
+def import_graph() -> tuple[dict[str, set[str]], list[str]]:
+    """module -> memzoo modules it imports, and the import problems (unknown modules, layer breaches)."""
+    modules = package_modules()
+    known = set(modules)
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    problems = []
+    for module, path in modules.items():
+        for target, line, statement in imported(module, path, known):
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            where = f"{shown}:{line} ({module}, layer {layer(module)})"
+            if target not in known:
+                problems.append(f"{where} imports {target}, which is no module: {statement!r}")
+                continue
+            if LAYERS.index(layer(target)) > LAYERS.index(layer(module)):
+                problems.append(f"{where} imports the higher layer {layer(target)}: {statement!r}")
+            if target != module:
+                graph[module].add(target)
+    return graph, problems
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_module_has_a_layer_and_imports_only_its_own_layer_and_below() -> None:
+    graph, problems = import_graph()
+    assert {layer(m) for m in graph} == set(LAYERS)  # every layer holds modules (the walk found them all)
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph, _ = import_graph()
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(shortest_cycle(graph, c)) for c in found)
+
+
+def shortest_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One shortest import cycle through the first module of a cycle component (breadth first)."""
+    start = component[0]
+    paths = {start: [start]}
+    queue = [start]
+    for v in queue:
+        for w in sorted(graph[v] & set(component)):
+            if w == start:
+                return [*paths[v], start]
+            if w not in paths:
+                paths[w] = [*paths[v], w]
+                queue.append(w)
+    return component
+
+
+def test_tests_and_benchmarks_import_only_modules_that_exist() -> None:
+    known = set(package_modules())
+    stale = [f"{path.relative_to(ROOT)}:{line} imports {target}: {statement!r}"
+             for folder in ("tests", "benchmarks") for path in sorted((ROOT / folder).glob("*.py"))
+             for target, line, statement in imported(f"{folder}.{path.stem}", path, known) if target not in known]
+    assert not stale, "\n".join(stale)
+
+
+def test_docs_name_only_modules_and_files_that_exist() -> None:
+    """Dotted module names and module paths in the README, configs, cards, code and comments."""
+    files = [ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "configs").rglob("*.yaml")),
+             *sorted((ROOT / "registry").glob("*.yaml")), *package_modules().values(), *sorted((ROOT / "tests").glob("*.py")),
+             *sorted((ROOT / "benchmarks").glob("*.py"))]
+    missing = []
+    for file in files:
+        text = file.read_text()
+        for name in set(re.findall(r"\bmemzoo(?:\.[A-Za-z_]\w*)+", text)):
+            if not _resolves(name):
+                missing.append(f"{file.relative_to(ROOT)}: {name}")
+        for rel in set(re.findall(r"\bmemzoo/[\w/]+\.py\b", text)):
+            if not (ROOT / rel).is_file():
+                missing.append(f"{file.relative_to(ROOT)}: {rel}")
+    assert not missing, "\n".join(sorted(missing))
+
+
+def _resolves(dotted: str) -> bool:
+    """A module, or an attribute reached from the longest importable module prefix."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_a_checkout_imports_analysis_registry_and_configs_from_its_top_level_folders() -> None:
+    """From the repository root, with the checkout first on sys.path and no editable-install finder (as
+    with a non-editable install, or none): memzoo.analysis/.registry/.configs are the top-level folders."""
+    code = (
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '').startswith('__editable__')]\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "import memzoo.analysis, memzoo.registry, memzoo.configs\n"
+        "from memzoo.core.resources import resource_dir\n"
+        "print(memzoo.__file__, memzoo.analysis.__file__, memzoo.registry.__file__, memzoo.configs.__file__)\n"
+        "print(len(list(resource_dir('registry').glob('*.yaml'))), memzoo.analysis.load_results.__module__)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ""}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    files, (cards, recipes_module) = out.stdout.split("\n")[0].split(), out.stdout.split("\n")[1].split()
+    assert files == [str(ROOT / "memzoo" / "__init__.py"), str(ROOT / "analysis" / "__init__.py"),
+                     str(ROOT / "registry" / "__init__.py"), str(ROOT / "configs" / "__init__.py")]
+    assert int(cards) == len(list((ROOT / "registry").glob("*.yaml"))) > 0
+    assert recipes_module == "memzoo.analysis.recipes"
+
+
+@pytest.mark.parametrize("statement, module", [
+    ("from memzoo.running.train import train", "memzoo.core.model"),
+    ("import memzoo.running.train", "memzoo.running.evaluate"),
+])
+def test_the_checks_catch_a_breach_and_a_cycle(tmp_path: Path, monkeypatch, statement: str, module: str) -> None:
+    """A higher-layer import inside a function of the core, and a cycle within a layer, are found."""
+    modules = package_modules()
+    source = modules[module].read_text() + f"\n\ndef _bad() -> None:\n    {statement}\n"
+    copy = tmp_path / modules[module].name
+    copy.write_text(source)
+    monkeypatch.setattr(sys.modules[__name__], "package_modules", lambda: {**modules, module: copy})
+    graph, problems = import_graph()
+    if module == "memzoo.core.model":
+        assert any(p.endswith(f"imports the higher layer running: {statement!r}") and f"({module}, layer core)" in p
+                   for p in problems), problems
+    else:
+        assert not problems  # the same layer: allowed, but train already imports evaluate
+        assert any({"memzoo.running.evaluate", "memzoo.running.train"} <= set(c) for c in cycles(graph)), cycles(graph)
