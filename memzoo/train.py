@@ -236,6 +236,12 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             raise ValueError(f"task.init_from={cfg.task.init_from!r} holds weights of another model or memory config: "
                              f"{str(err).splitlines()[0]}") from None
     sample = batch_source(cfg)
+    mix = float(cfg.task.lm_fraction)
+    corpus = None
+    if mix > 0:  # (1 - f) x task loss + f x corpus loss (memzoo.mixing)
+        from memzoo.mixing import corpus_batches, mixed_window
+
+        corpus = corpus_batches(cfg)
     metrics = run_dir / "metrics.jsonl"
     bar = tqdm(total=tc.steps, initial=step, desc=f"train {cfg.name}", disable=not progress or not rank.is_main,
                dynamic_ncols=True)
@@ -250,10 +256,20 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             lr = lr_at(step, tc)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_mult", 1.0)
-            res = train_window(net, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
-                               state=model.initial_state(batch.tokens.shape[0], device), align_end=cfg.task.name != "lm",
-                               denominator=dist.loss_denominator(batch, rank, device),
-                               block_context=dist.block_sync(net))
+            lm_bpb = None
+            if corpus is None:
+                res = train_window(net, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
+                                   state=model.initial_state(batch.tokens.shape[0], device),
+                                   align_end=cfg.task.name != "lm", denominator=dist.loss_denominator(batch, rank, device),
+                                   block_context=dist.block_sync(net))
+            else:
+                lm_batch = dist.shard_rows(corpus(step, tc.batch_size, batch.tokens.shape[1]), rank).to(device)
+                mixed = mixed_window(net, batch, lm_batch, mix, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
+                                     dist.loss_denominator(batch, rank, device),
+                                     dist.loss_denominator(lm_batch, rank, device), dist.block_sync(net))
+                res = WindowResult(mixed.task_nll, mixed.task_tokens, mixed.aux, None)
+                lm_sum, lm_n = dist.all_sum([mixed.lm_nll, mixed.lm_tokens], rank, device)
+                lm_bpb = lm_sum / max(lm_n, 1) / LN2
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
             in_update = True
             optimizer.step()
@@ -269,8 +285,9 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             if rank.is_main:  # the other ranks write nothing
                 if step % tc.log_every == 0 or step == tc.steps:
                     now = time.perf_counter()
-                    _log(metrics, {"step": step, "train_bpb": bpb, "aux": aux, "lr": lr, "grad_norm": float(grad_norm),
-                                   "tokens_per_s": tokens_since / max(now - t_last, 1e-9)})
+                    row = {"step": step, "train_bpb": bpb, "aux": aux, "lr": lr, "grad_norm": float(grad_norm),
+                           "tokens_per_s": tokens_since / max(now - t_last, 1e-9)}
+                    _log(metrics, row if lm_bpb is None else {**row, "lm_bpb": lm_bpb})  # train_bpb: the task's
                     t_last, tokens_since = now, 0
                 if tc.checkpoint_every and step % tc.checkpoint_every == 0:
                     save_checkpoint(run_dir, model, optimizer, step)
