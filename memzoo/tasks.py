@@ -80,7 +80,7 @@ def _passkey_split(fillers: int, before: int, key: str) -> PasskeyPrompt:
     return PasskeyPrompt(text.encode(), key, len(head), before, fillers - before)
 
 
-def _key_last_byte(key_digits: int) -> int:
+def key_last_byte(key_digits: int) -> int:
     """Offset, within the key sentence, of the key's last digit nearest the question (its second mention)."""
     sentence = KEY_SENTENCE.format(key="0" * key_digits)
     return sentence.rindex("0" * key_digits) + key_digits - 1
@@ -91,7 +91,7 @@ def key_segments_back(prompt: PasskeyPrompt, segment_len: int) -> int:
     last digit lies, segments counted from the prompt's first byte: 0 = the same segment (local
     attention sees it), k >= 1 = only a memory carried across k segment boundaries can."""
     question = (len(prompt.prompt) - 1) // segment_len
-    return question - (prompt.key_start + _key_last_byte(len(prompt.key))) // segment_len
+    return question - (prompt.key_start + key_last_byte(len(prompt.key))) // segment_len
 
 
 def _splits_back(length: int, segments_back: int, key_digits: int, segment_len: int) -> list[int]:
@@ -100,7 +100,7 @@ def _splits_back(length: int, segments_back: int, key_digits: int, segment_len: 
     fillers = (length - fixed) // len(FILLER)
     prompt_len = fixed + fillers * len(FILLER)
     question = (prompt_len - 1) // segment_len
-    last = len(PREAMBLE) + _key_last_byte(key_digits)
+    last = len(PREAMBLE) + key_last_byte(key_digits)
     return [x for x in range(fillers + 1) if question - (last + x * len(FILLER)) // segment_len == segments_back]
 
 
