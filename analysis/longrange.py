@@ -174,3 +174,25 @@ def gate_summary(df: pd.DataFrame) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=cols)
     return pd.DataFrame(rows).groupby("method", as_index=False).mean()[cols]
+
+
+def recall_generalisation(df: pd.DataFrame) -> pd.DataFrame:
+    """Per method and length: recall accuracy of the capacity models streamed with their pairs
+    `length` bytes before the queries (`layout: training` rows), mean over seeds, with chance and
+    the memory-reset ablation (`accuracy_reset`) beside it."""
+    parts = []
+    for reset in (False, True):
+        table = longrange_table(df, "recall", reset=reset)
+        if table.empty or "layout" not in table:
+            continue
+        table = table[(table["layout"] == "training") & (table["status"] == "ok")]
+        if table.empty:
+            continue
+        agg = {"accuracy": ("accuracy", "mean")} | ({} if reset else {"chance": ("chance", "mean"),
+                                                                     "runs": ("seed", "count")})
+        out = table.groupby(["method", "length"], as_index=False).agg(**agg)
+        parts.append(out.rename(columns={"accuracy": "accuracy_reset"}) if reset else out)
+    if not parts:
+        return pd.DataFrame(columns=["method", "length", "runs", "accuracy", "chance", "accuracy_reset"])
+    out = parts[0] if len(parts) == 1 else parts[0].merge(parts[1], on=["method", "length"], how="left")
+    return out.astype({"length": int}).sort_values(["method", "length"]).reset_index(drop=True)

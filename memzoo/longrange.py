@@ -58,6 +58,10 @@ class LongRangeConfig:
     key_digits: int = 5  # passkey
     pairs: int = 16  # recall
     queries: int = 8  # recall
+    # recall: free = P pairs, filler up to the length, Q queries (pairs, queries above); training = the
+    # run's own recall-across-segments layout (the capacity suite: its pairs, local queries,
+    # alphabet) with length // segment_len segments between pairs and queries (memzoo.recall_stream)
+    layout: str = "free"
     seed: int = 0
     segments_per_call: int = 8  # segments per model call while streaming (bounds the live activations)
     time_limit_s: Optional[float] = 900.0  # per length; None = no limit
@@ -91,12 +95,18 @@ class LongRangeConfig:
                              f"example ({shortest} bytes)")
         if self.segments_per_call < 1:
             raise ValueError(f"segments_per_call={self.segments_per_call}; expected >= 1")
-        if self.reset_after_key and self.task != "passkey":
-            raise ValueError(f"reset_after_key=True is for task=passkey; got task={self.task!r}")
+        if self.layout not in ("free", "training") or (self.layout == "training" and self.task != "recall"):
+            raise ValueError(f"layout={self.layout!r} with task={self.task!r}; expected free, or training for task=recall")
+        if self.reset_after_key and self.task != "passkey" and self.layout != "training":
+            raise ValueError(f"reset_after_key=True is for task=passkey or task=recall with layout=training; got "
+                             f"task={self.task!r}, layout={self.layout!r}")
 
     def settings(self) -> dict[str, Any]:
         """The options that change results (rows with other settings are not reused)."""
         keys = ("trials", "seed", "key_digits") if self.task == "passkey" else ("trials", "seed", "pairs", "queries")
+        if self.layout == "training":  # the pairs and queries are the run's own
+            return {"trials": self.trials, "seed": self.seed, "layout": "training"} | (
+                {"reset_after_key": True} if self.reset_after_key else {})
         # reset_after_key only where set: rows measured before the option existed stay reusable
         return {k: getattr(self, k) for k in keys} | ({"reset_after_key": True} if self.reset_after_key else {})
 
@@ -199,9 +209,22 @@ def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precis
 
 
 def recall_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
-                  progress: bool = True) -> list[dict[str, Any]]:
+                  progress: bool = True, task: Any = None) -> list[dict[str, Any]]:
     """One row for one length: `trials` examples streamed as one batch; the pairs and the queries
-    are `length` bytes apart at most; teacher-forced accuracy at the answer positions."""
+    are `length` bytes apart at most; teacher-forced accuracy at the answer positions. With
+    layout=training, the run's own layout (`task`, memzoo.recall_stream)."""
+    if cfg.layout == "training":
+        from memzoo.recall_stream import segment_recall_length
+
+        meter, device = _Meter(cfg), next(model.parameters()).device
+        base = {"task": "recall", "length": length, "depth": None, "rows_in_batch": cfg.trials, **cfg.settings(),
+                **cfg.budget()}
+        try:
+            rows = segment_recall_length(model, length, cfg, task, precision, meter, _stream, progress)
+        except OutOfBudget as err:
+            return [{**base, "status": f"out of budget: {err}", "accuracy": None, "tokens_done": meter.done,
+                     "tokens_per_s": None, **_measurements(device)}]
+        return [{**base, **r, **_measurements(device)} for r in rows]
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + length)
     examples = [recall_example(gen, length, cfg.pairs, cfg.queries) for _ in range(cfg.trials)]
     data = torch.stack([bytes_to_tensor(e.tokens, torch.uint8) for e in examples])  # [B, L]
@@ -227,11 +250,13 @@ def recall_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precisi
 
 
 def evaluate_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
-                    progress: bool = True) -> list[dict[str, Any]]:
-    fn = passkey_length if cfg.task == "passkey" else recall_length
+                    progress: bool = True, task: Any = None) -> list[dict[str, Any]]:
+    """`task`: the run's task config (recall with layout=training streams its layout)."""
     if next(model.parameters()).device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    return fn(model, length, cfg, precision, progress)
+    if cfg.task == "passkey":
+        return passkey_length(model, length, cfg, precision, progress)
+    return recall_length(model, length, cfg, precision, progress, task)
 
 
 def _length_worker(run_dir: str, length: int, cfg_dict: dict[str, Any], progress: bool) -> list[dict[str, Any]]:
@@ -242,7 +267,7 @@ def _length_worker(run_dir: str, length: int, cfg_dict: dict[str, Any], progress
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     run_cfg, model = load_trained(run_dir)
-    rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress)
+    rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress, run_cfg.task)
     for r in rows:
         r["rss_isolated"] = True
     return rows
@@ -325,7 +350,7 @@ def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool =
         if cfg.isolate:
             rows = _run_isolated(run_dir, length, cfg, progress)
         else:
-            rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress)
+            rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress, run_cfg.task)
             for r in rows:
                 r["rss_isolated"] = False
         for r in rows:

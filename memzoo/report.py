@@ -18,7 +18,7 @@ from memzoo.analysis import (bpb_by_segment, capacity_curves, capacity_table, ca
                              cost_vs_length, footprint_vs_bpb, gate_heatmaps, is_capacity_table, length_cost_table,
                              load_results, longrange_table, passkey_heatmaps, summary_table)
 from memzoo.analysis.longrange import (PASSKEY_INTERVAL, accuracy_by_key_segment, answer_loss_curves, gate_summary,
-                                       lm_before_after, passkey_length_curves)
+                                       lm_before_after, passkey_length_curves, recall_generalisation)
 from memzoo.analysis.stats import INTERVAL, TEST, t_halfwidth
 
 FIGURES = {
@@ -249,6 +249,10 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
                      "the key's segment (the memory-reset ablation; it must fall to chance where the memory did "
                      "the work).")
         sections.append(("Passkey accuracy by the key's segment, counted back from the question", display(by_segment)))
+    recall = recall_generalisation(df)
+    if not recall.empty:
+        sections.append(("Recall with the pairs `length` bytes before the queries (the training layout; mean over "
+                         "seeds; accuracy_reset: state reset after the pairs' segment)", display(recall)))
     lm = lm_before_after(df)
     if not lm.empty:
         sections.append(("Validation bits per byte before and after fine-tuning (ratio: after / before)", display(lm)))

@@ -121,3 +121,74 @@ def test_wilson_interval_known_values() -> None:
         wilson_interval(11, 10)
     with pytest.raises(ValueError, match="reset_after_key=True is for task=passkey"):
         LongRangeConfig(task="recall", lengths=[200], pairs=4, queries=2, reset_after_key=True)
+
+
+class PairsInState(nn.Module):
+    """Answers a recall query from its state only: the (key, value) byte pairs of committed segments."""
+
+    def __init__(self, n: int = 16) -> None:
+        super().__init__()
+        self.cfg = SimpleNamespace(segment_len=n, vocab_size=256)
+        self.anchor = nn.Parameter(torch.zeros(()))
+
+    def initial_state(self, batch_size: int, device=None) -> list[dict]:
+        return [{}] * batch_size
+
+    def forward(self, tokens: torch.Tensor, state=None, reset=None) -> SimpleNamespace:
+        b, s, n = tokens.shape
+        state = list(state if state is not None else self.initial_state(b))
+        logits = torch.full((b, s, n, 256), -1.0)
+        for row in range(b):
+            pairs = dict(state[row])
+            for seg in range(s):
+                if reset is not None and bool(reset[row, seg]):
+                    pairs = {}
+                text = tokens[row, seg].tolist()
+                for t, byte in enumerate(text):
+                    logits[row, seg, t, pairs.get(byte, ord("x"))] = 1.0
+                pairs = pairs | {k: v for k, v in zip(text, text[1:]) if 128 <= k < 192 <= v}
+            state[row] = pairs
+        return SimpleNamespace(logits=logits, state=state)
+
+
+def test_recall_streams_the_training_layout_and_its_reset_ablation() -> None:
+    from memzoo.longrange import recall_length
+
+    task = SimpleNamespace(name="recall", gap_segments=1, pairs=4, queries=6, local_queries=2, alphabet=8)
+    model = PairsInState(16)
+    cfg = dict(task="recall", layout="training", lengths=[160], trials=3, isolate=False, segments_per_call=4)
+    (row,) = recall_length(model, 160, LongRangeConfig(**cfg), task=task, progress=False)
+    (reset,) = recall_length(model, 160, LongRangeConfig(**cfg, reset_after_key=True), task=task, progress=False)
+    assert row["gap_segments"] == 10 and row["tokens_done"] == 11 * 16  # the queries 10 segments after the pairs
+    assert row["accuracy"] == 1.0 and reset["accuracy"] == 0.0 and 0 < row["chance"] < 1
+    assert row["scored"] == reset["scored"] >= 3 and reset["reset_after_key"] is True
+    assert (row["pairs"], row["local_queries"], row["alphabet"]) == (4, 2, 8)
+    from memzoo.analysis import recall_generalisation
+
+    table = recall_generalisation(pd.DataFrame([{"method": "m", "seed": 0, "recall_json": json.dumps([row, reset])}]))
+    assert table[["length", "accuracy", "accuracy_reset"]].values.tolist() == [[160, 1.0, 0.0]]
+    with pytest.raises(ValueError, match="layout=training needs a run trained with task.name=recall"):
+        recall_length(model, 160, LongRangeConfig(**cfg), task=SimpleNamespace(name="passkey", gap_segments=0),
+                      progress=False)
+
+
+def test_the_report_has_the_long_range_diagnostics(rows, tmp_path: Path) -> None:
+    """memzoo report on a long-range table: accuracy against length, the answer loss, accuracy by
+    the key's segment with the reset ablation, bits per byte before and after, gates."""
+    from memzoo.report import write_report
+
+    loss = [{"step": s, "stage": 1 + (s > 4), "train_bpb": 3.0 - 0.3 * s} for s in range(1, 9)]
+    table = pd.DataFrame([{"method": m, "seed": seed, "passkey_json": json.dumps(rows), "valid_bpb": 4.2,
+                           "valid_bpb_pretrain": 4.0, "valid_bpb_ratio": 1.05, "answer_loss_json": json.dumps(loss),
+                           "gates_json": json.dumps({"0": [0.05, 0.95]}), "gates_pretrain_json": json.dumps({"0": [0.5, 0.5]})}
+                          for m in ("a", "b") for seed in (0, 1)])
+    table.to_parquet(tmp_path / "results.parquet")
+    md, _ = write_report(tmp_path)
+    text = md.read_text()
+    for png in ("passkey_vs_length.png", "answer_loss.png"):
+        assert (tmp_path / png).stat().st_size > 1000 and f"]({png})" in text
+    assert "95% Wilson score interval over the pooled keys" in text
+    section = text.split("## Passkey accuracy by the key's segment", 1)[1].split("##", 1)[0]
+    assert "| a | 1 | 1.000 | 4 | 0.000 | 4 |" in section and "| b | 0 | 0.000 | 4 | 0.000 | 4 |" in section
+    assert "| a | 4.000 | 4.200 | 1.050 |" in text
+    assert "| a | 2 | 0.500 | 0.500 | 0.500 | 0.500 |" in text  # gates: 2 heads, before, after, <0.1, >0.9
