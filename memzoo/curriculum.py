@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from memzoo.config import ConfigError, RunConfig, _merge_checked, resolve
 
@@ -70,7 +71,12 @@ def _comparable(cfg: DictConfig) -> dict[str, Any]:
 def config_matches(run_dir: Path, cfg: DictConfig) -> bool:
     """The run folder was trained (or is being trained) under `cfg`, bookkeeping keys aside."""
     path = Path(run_dir) / "config.yaml"
-    return path.is_file() and _comparable(OmegaConf.load(path)) == _comparable(cfg)
+    if not path.is_file():
+        return False
+    try:
+        return _comparable(OmegaConf.load(path)) == _comparable(cfg)
+    except OmegaConfBaseException:  # a key the schema no longer has: another config
+        return False
 
 
 def finished(run_dir: Path, cfg: DictConfig) -> bool:
