@@ -144,7 +144,7 @@ def cmd_longrange(args: argparse.Namespace) -> int:
     if args.command == "passkey":
         options.update(depths=args.depths, key_digits=args.key_digits, reset_after_key=args.reset_after_key)
     else:
-        options.update(pairs=args.pairs, queries=args.queries)
+        options.update(pairs=args.pairs, queries=args.queries, layout=args.layout, reset_after_key=args.reset_after_key)
     try:
         cfg = LongRangeConfig(**options)
     except ValueError as err:
@@ -253,6 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = _longrange_parser(sub, "recall", "multi-query associative recall by streaming, per length", "1024,4096,32768")
     s.add_argument("--pairs", type=int, default=16)
     s.add_argument("--queries", type=int, default=8)
+    s.add_argument("--layout", choices=["free", "training"], default="free",
+                   help="training: the run's own recall-across-segments layout, queries LENGTH bytes after the pairs")
+    s.add_argument("--reset-after-key", action="store_true",
+                   help="with --layout training: reset the state right after the pairs' segment (the ablation)")
 
     s = sub.add_parser("generate", help="continue a prompt with a trained run (memory is read inside every segment)")
     s.add_argument("run_dir")
