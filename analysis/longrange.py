@@ -67,7 +67,7 @@ def passkey_length_curves(df: pd.DataFrame, ax=None):
             sub = data[data["method"] == method].sort_values("length")
             if sub.empty:
                 continue
-            err = np.vstack([sub["accuracy"] - sub["lo"], sub["hi"] - sub["accuracy"]])
+            err = np.vstack([sub["accuracy"] - sub["lo"], sub["hi"] - sub["accuracy"]]).clip(min=0)  # [2, lengths]
             ax.errorbar(sub["length"], sub["accuracy"], yerr=err, fmt=style, color=colour, capsize=3, label=label,
                         alpha=1.0 if style == "-o" else 0.6)
     ax.set_xscale("log", base=2)

@@ -131,4 +131,7 @@ def wilson_interval(successes: int, trials: int, level: float = LEVEL) -> tuple[
     p = successes / trials
     centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
     half = z / (1 + z * z / trials) * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At 0 or n successes the bound is exactly 0 or 1 (the formula leaves a rounding residue).
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == trials else min(1.0, centre + half)
+    return lo, hi

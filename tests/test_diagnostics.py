@@ -117,6 +117,8 @@ def test_wilson_interval_known_values() -> None:
     assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
     assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
     assert wilson_interval(10, 10) == pytest.approx((0.7225, 1.0), abs=1e-4)
+    for n in range(1, 60):  # exact at the ends (a rounding residue there once broke the figure's error bars)
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
     with pytest.raises(ValueError, match="successes=11, trials=10"):
         wilson_interval(11, 10)
     with pytest.raises(ValueError, match="reset_after_key=True is for task=passkey"):
