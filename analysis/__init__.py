@@ -23,9 +23,14 @@ from memzoo.analysis.recipes import (
     passkey_heatmaps,
     summary_table,
 )
-from memzoo.analysis.stats import compare_groups, mean_interval, welch_p
+from memzoo.analysis.longrange import (accuracy_by_key_segment, answer_loss_curves, answer_loss_table, gate_summary,
+                                       lm_before_after, passkey_by_length, passkey_length_curves,
+                                       recall_generalisation)
+from memzoo.analysis.stats import compare_groups, mean_interval, welch_p, wilson_interval
 
 __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb", "bpb_by_segment",
            "cost_per_method", "gate_table", "gate_heatmaps", "longrange_table", "passkey_heatmaps", "cost_vs_length",
            "length_cost_table", "capacity_table", "capacity_thresholds", "capacity_curves", "best_lr", "pareto_front",
-           "is_capacity_table", "compare_groups", "mean_interval", "welch_p"]
+           "is_capacity_table", "compare_groups", "mean_interval", "welch_p", "wilson_interval", "passkey_by_length",
+           "passkey_length_curves", "accuracy_by_key_segment", "answer_loss_table", "answer_loss_curves",
+           "lm_before_after", "gate_summary", "recall_generalisation"]

@@ -140,16 +140,20 @@ def gate_heatmaps(df: pd.DataFrame):
 LONGRANGE_COLUMNS = ["method", "seed", "task", "length", "depth", "accuracy", "tokens_per_s", "peak_rss_mb", "status"]
 
 
-def longrange_table(df: pd.DataFrame, task: str = "passkey") -> pd.DataFrame:
+def longrange_table(df: pd.DataFrame, task: str = "passkey", reset: Optional[bool] = False) -> pd.DataFrame:
     """Long-range rows (memzoo passkey / recall, suite `longrange` stages) in long form: one row per
-    (run, length, depth), from the `passkey_json` / `recall_json` column (or a `passkey` list)."""
+    (run, length, depth), from the `passkey_json` / `recall_json` column (or a `passkey` list).
+    reset: False (default) the plain rows, True the memory-reset ablation's (`reset_after_key`),
+    None both. Each row carries its run's `gates_json` where the run has one."""
     rows = []
     for _, r in df.iterrows():
         cell = r.get(f"{task}_json", r.get(task))
         if cell is None or (isinstance(cell, float) and cell != cell):
             continue
+        gates = {"gates_json": r["gates_json"]} if isinstance(r.get("gates_json"), str) else {}
         for item in json.loads(cell) if isinstance(cell, str) else cell:
-            rows.append({"method": r["method"], "seed": r.get("seed", 0), **item})
+            if reset is None or bool(item.get("reset_after_key", False)) == reset:
+                rows.append({"method": r["method"], "seed": r.get("seed", 0), **item, **gates})
     out = pd.DataFrame(rows)
     if out.empty:
         return pd.DataFrame(columns=LONGRANGE_COLUMNS)

@@ -113,3 +113,25 @@ def compare_groups(df: pd.DataFrame, keys: list[str], value: str, *, higher_is_b
         out[f"diff_vs_{name}"], out[f"p_vs_{name}"], out[f"sig_vs_{name}"] = diffs, ps, holm(ps)
     out["is_best"] = against["best"][1]
     return out
+
+
+def wilson_interval(successes: int, trials: int, level: float = LEVEL) -> tuple[float, float]:
+    """Wilson's score interval (lo, hi) for a proportion of `successes` in `trials` pooled trials
+    (keeps inside [0, 1] and is not empty at 0 or n successes, unlike the normal approximation):
+    (p + z²/2n ± z √(p(1-p)/n + z²/4n²)) / (1 + z²/n). NaN for no trials."""
+    from scipy import stats
+
+    if not 0 < level < 1:
+        raise ValueError(f"level={level}: expected a probability in (0, 1)")
+    if trials < 0 or not 0 <= successes <= max(trials, 0):
+        raise ValueError(f"successes={successes}, trials={trials}: expected 0 <= successes <= trials")
+    if trials == 0:
+        return float("nan"), float("nan")
+    z = float(stats.norm.ppf((1 + level) / 2))
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z / (1 + z * z / trials) * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+    # At 0 or n successes the bound is exactly 0 or 1 (the formula leaves a rounding residue).
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == trials else min(1.0, centre + half)
+    return lo, hi

@@ -142,9 +142,9 @@ def cmd_longrange(args: argparse.Namespace) -> int:
                    segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
                    memory_limit_mb=args.memory_limit_mb, isolate=not args.no_isolate, threads=args.threads)
     if args.command == "passkey":
-        options.update(depths=args.depths, key_digits=args.key_digits)
+        options.update(depths=args.depths, key_digits=args.key_digits, reset_after_key=args.reset_after_key)
     else:
-        options.update(pairs=args.pairs, queries=args.queries)
+        options.update(pairs=args.pairs, queries=args.queries, layout=args.layout, reset_after_key=args.reset_after_key)
     try:
         cfg = LongRangeConfig(**options)
     except ValueError as err:
@@ -157,12 +157,14 @@ def cmd_longrange(args: argparse.Namespace) -> int:
     for r in rows:
         shown.append({
             "length": f"{r['length']:,}", "depth": "" if r.get("depth") is None else r["depth"],
+            "segments_back": r.get("key_segments_back", ""),
             "accuracy": "" if r.get("accuracy") is None else f"{r['accuracy']:.2f}",
             "tokens_per_s": "" if r.get("tokens_per_s") is None else f"{r['tokens_per_s']:,.0f}",
             "peak_rss_mb": "" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f}",
             "status": r["status"][:90],
         })
-    _print_table(shown, ["length", "depth", "accuracy", "tokens_per_s", "peak_rss_mb", "status"])
+    cols = ["length", "depth", "segments_back", "accuracy", "tokens_per_s", "peak_rss_mb", "status"]
+    _print_table(shown, cols if args.command == "passkey" else [c for c in cols if c != "segments_back"])
     print(f"rows kept in {Path(args.run_dir) / (args.command + '.json')} and result.json")
     return 0
 
@@ -245,10 +247,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--depths", type=_numbers(float, "--depths"), default=[0.0, 0.5, 1.0],
                    help="key depths as fractions, comma-separated (0 start, 1 end; default 0,0.5,1)")
     s.add_argument("--key-digits", type=int, default=5)
+    s.add_argument("--reset-after-key", action="store_true",
+                   help="the memory-reset ablation: reset the state right after the key's segment (rows kept apart)")
 
     s = _longrange_parser(sub, "recall", "multi-query associative recall by streaming, per length", "1024,4096,32768")
     s.add_argument("--pairs", type=int, default=16)
     s.add_argument("--queries", type=int, default=8)
+    s.add_argument("--layout", choices=["free", "training"], default="free",
+                   help="training: the run's own recall-across-segments layout, queries LENGTH bytes after the pairs")
+    s.add_argument("--reset-after-key", action="store_true",
+                   help="with --layout training: reset the state right after the pairs' segment (the ablation)")
 
     s = sub.add_parser("generate", help="continue a prompt with a trained run (memory is read inside every segment)")
     s.add_argument("run_dir")

@@ -181,6 +181,7 @@ def test_longrange_suite_pretrains_finetunes_and_streams(tmp_path: Path) -> None
         longrange:
           - {task: passkey, lengths: [300, 600], depths: [0, 1], isolate: false}
           - {task: recall, lengths: [200], pairs: 4, queries: 2}   # in a process of its own, inside the worker
+          - {task: passkey, lengths: [300], depths: [0], isolate: false, reset_after_key: true}
     """)))
     table = run_suite(suite, progress=False)
     root = tmp_path / "results" / "tiny"
@@ -191,7 +192,7 @@ def test_longrange_suite_pretrains_finetunes_and_streams(tmp_path: Path) -> None
         cfg = load_config(str(runs / f"{method}-s0" / "config.yaml"))
         assert cfg.task.name == "passkey" and cfg.task.init_from == str(runs / f"{method}-s0-lm")
     assert (table["train_steps"] == 3).all()
-    assert table["pretrain_valid_bpb"].tolist() == [
+    assert table["valid_bpb_pretrain"].tolist() == [
         json.loads((runs / f"{m}-s0-lm" / "result.json").read_text())["valid_bpb"] for m in table["method"]]
     pk = longrange_table(table, "passkey")
     assert len(pk) == 8 and set(zip(pk["length"], pk["depth"])) == {(300, 0), (300, 1), (600, 0), (600, 1)}
@@ -204,6 +205,13 @@ def test_longrange_suite_pretrains_finetunes_and_streams(tmp_path: Path) -> None
     assert "## Passkey retrieval" in text and (root / "passkey.png").stat().st_size > 1000
     assert "## Streaming cost against length" in text and "| 600 / 300 |" in text
     assert (root / "cost_vs_length.png").stat().st_size > 1000
+    for png in ("passkey_vs_length.png", "answer_loss.png"):  # accuracy against length; answer loss over steps
+        assert (root / png).stat().st_size > 1000 and f"]({png})" in text
+    assert "## Passkey accuracy by the key's segment, counted back from the question" in text
+    assert "## Validation bits per byte before and after fine-tuning" in text
+    assert (table["valid_bpb_ratio"] == table["valid_bpb"] / table["valid_bpb_pretrain"]).all()
+    reset_rows = longrange_table(table, "passkey", reset=True)
+    assert len(reset_rows) == 2 and reset_rows["reset_after_key"].all()
 
     run = runs / "infini-linear-s0"
     (run / "longrange-done.json").unlink()
@@ -211,13 +219,13 @@ def test_longrange_suite_pretrains_finetunes_and_streams(tmp_path: Path) -> None
     stamp = (run / "checkpoint.pt").stat().st_mtime_ns
     run_suite(suite, progress=False)
     assert (run / "checkpoint.pt").stat().st_mtime_ns == stamp, "a finished stage was trained again"
-    assert len(json.loads((run / "passkey.json").read_text())) == 4
+    assert len(json.loads((run / "passkey.json").read_text())) == 5  # 4 plain rows and the reset ablation's
 
     more = load_suite(str(tmp_path / "tiny.yaml"), ["longrange=[{task: passkey, lengths: [300, 600, 900], depths: [0, 1], isolate: false}]"])
     run_suite(more, progress=False)  # a changed stage: only the new length is measured, nothing is trained
     assert (run / "checkpoint.pt").stat().st_mtime_ns == stamp
     rows = json.loads((run / "passkey.json").read_text())
-    assert sorted(r["length"] for r in rows) == [300, 300, 600, 600, 900, 900]
+    assert sorted(r["length"] for r in rows if not r.get("reset_after_key")) == [300, 300, 600, 600, 900, 900]
 
 
 def test_bad_longrange_stage_fails_before_training(tmp_path: Path) -> None:

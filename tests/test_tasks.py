@@ -101,3 +101,24 @@ def test_task_section_is_checked() -> None:
         load_config("local", ["task.name=passkey", "task.lengths=[50]"])
     with pytest.raises(ConfigError, match="task.loss"):
         load_config("local", ["task.name=recall", "task.loss=some"])
+
+
+@pytest.mark.parametrize("back", [1, 2, 4])
+def test_key_segments_back_places_the_key(back: int) -> None:
+    """Every row's key (its last digit nearest the question) is exactly `back` segments before the
+    segment of the prompt's last byte, read off the bytes of the batch."""
+    n = 128
+    cfg = TaskConfig(name="passkey", lengths=[700, 1000], key_digits=2, key_segments_back=[back])
+    sampler = TaskSampler(cfg, segment_len=n, seed=1)
+    for step in range(4):
+        batch = sampler.sample(step, 8)
+        flat_tokens, flat_targets, flat_mask = (t.view(8, -1) for t in (batch.tokens, batch.targets, batch.mask))
+        for row in range(8):
+            text = bytes(flat_tokens[row].tolist())
+            question_end = int(flat_mask[row].nonzero()[0])  # predicts the answer's first byte
+            key = bytes(flat_targets[row][flat_mask[row]].tolist()).strip(b" .")
+            last_digit = text.rindex(key + b" is the pass key.") + len(key) - 1
+            assert question_end // n - last_digit // n == back
+    # Whole fillers (89 bytes) move the key in steps: 700 bytes cannot hold it in the question's segment.
+    with pytest.raises(ValueError, match=r"key_segments_back=0: no prompt of length=700.*expected one of \[1, 2, 3, 4\]"):
+        TaskSampler(TaskConfig(name="passkey", lengths=[700], key_digits=2, key_segments_back=[0]), n, 0)

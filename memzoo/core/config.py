@@ -97,6 +97,13 @@ class TaskConfig:
     lengths: list[int] = field(default_factory=lambda: [1024, 2048])  # example bytes; one drawn per step
     loss: str = "answer"  # answer: loss on the answer bytes only | all: on every byte
     key_digits: int = 5  # passkey: digits of the key
+    # passkey: [] = the key at a uniform depth; [k, ...] = per row, one k drawn and the key's last
+    # digit placed exactly k segments before the segment holding the question's last byte (a
+    # curriculum grows k stage by stage: 1 -> 2 -> 4)
+    key_segments_back: list[int] = field(default_factory=list)
+    # task runs: each step's loss = (1 - f) x task loss + f x corpus LM loss on a corpus batch of the
+    # task batch's shape (memzoo.running.mixing), so a fine-tune keeps the language model; 0 = task only
+    lm_fraction: float = 0.0
     pairs: int = 16  # recall: key-value pairs
     queries: int = 8  # recall: keys asked again
     # recall across segments (the capacity suite): 0 = the free layout above (pairs, filler up to a

@@ -70,10 +70,62 @@ def passkey_prompt(length: int, depth: float, key: str) -> PasskeyPrompt:
     if length < fixed:
         raise ValueError(f"passkey length={length} is shorter than the prompt without filler ({fixed} bytes)")
     fillers = (length - fixed) // len(FILLER)
-    before = round(depth * fillers)
+    return _passkey_split(fillers, round(depth * fillers), key)
+
+
+def _passkey_split(fillers: int, before: int, key: str) -> PasskeyPrompt:
+    """The prompt with `before` of its `fillers` fillers ahead of the key sentence."""
     head = PREAMBLE + FILLER * before
     text = head + KEY_SENTENCE.format(key=key) + FILLER * (fillers - before) + QUESTION
     return PasskeyPrompt(text.encode(), key, len(head), before, fillers - before)
+
+
+def key_last_byte(key_digits: int) -> int:
+    """Offset, within the key sentence, of the key's last digit nearest the question (its second mention)."""
+    sentence = KEY_SENTENCE.format(key="0" * key_digits)
+    return sentence.rindex("0" * key_digits) + key_digits - 1
+
+
+def key_segments_back(prompt: PasskeyPrompt, segment_len: int) -> int:
+    """How many segments before the question's segment (that of the prompt's last byte) the key's
+    last digit lies, segments counted from the prompt's first byte: 0 = the same segment (local
+    attention sees it), k >= 1 = only a memory carried across k segment boundaries can."""
+    question = (len(prompt.prompt) - 1) // segment_len
+    return question - (prompt.key_start + key_last_byte(len(prompt.key))) // segment_len
+
+
+def _splits_back(length: int, segments_back: int, key_digits: int, segment_len: int) -> list[int]:
+    """The filler counts before the key that put it `segments_back` segments before the question."""
+    fixed = passkey_fixed_bytes(key_digits)
+    fillers = (length - fixed) // len(FILLER)
+    prompt_len = fixed + fillers * len(FILLER)
+    question = (prompt_len - 1) // segment_len
+    last = len(PREAMBLE) + key_last_byte(key_digits)
+    return [x for x in range(fillers + 1) if question - (last + x * len(FILLER)) // segment_len == segments_back]
+
+
+def passkey_prompt_back(length: int, segments_back: int, key: str, segment_len: int,
+                        gen: torch.Generator) -> PasskeyPrompt:
+    """The paper's prompt (as many whole fillers as fit in `length` bytes) with the key's last digit
+    exactly `segments_back` segments before the question's segment; among the filler splits that
+    do that, one drawn from `gen`."""
+    if not key.isdigit():
+        raise ValueError(f"passkey key={key!r}; expected digits")
+    if length < passkey_fixed_bytes(len(key)):
+        raise ValueError(f"passkey length={length} is shorter than the prompt without filler "
+                         f"({passkey_fixed_bytes(len(key))} bytes)")
+    splits = _splits_back(length, segments_back, len(key), segment_len)
+    if not splits:
+        raise ValueError(f"passkey key_segments_back={segments_back}: no prompt of length={length} with "
+                         f"segment_len={segment_len} puts the key that many segments before the question; "
+                         f"expected one of {_feasible_back(length, len(key), segment_len)}")
+    fillers = (length - passkey_fixed_bytes(len(key))) // len(FILLER)
+    return _passkey_split(fillers, splits[int(torch.randint(len(splits), (1,), generator=gen))], key)
+
+
+def _feasible_back(length: int, key_digits: int, segment_len: int) -> list[int]:
+    """Every key_segments_back a prompt of `length` bytes can have."""
+    return [k for k in range(length // segment_len + 1) if _splits_back(length, k, key_digits, segment_len)]
 
 
 def random_key(gen: torch.Generator, digits: int) -> str:
@@ -230,8 +282,20 @@ def check_task(task, segment_len: int | None = None) -> None:
         raise ValueError(f"task.lengths={list(task.lengths or [])}; expected a non-empty list of positive lengths")
     if not 1 <= task.key_digits <= 18:
         raise ValueError(f"task.key_digits={task.key_digits}; expected 1..18")
+    if not 0.0 <= task.lm_fraction <= 1.0:
+        raise ValueError(f"task.lm_fraction={task.lm_fraction}; expected a fraction in [0, 1] (0 = task loss only)")
+    if task.lm_fraction and task.name == "lm":
+        raise ValueError(f"task.lm_fraction={task.lm_fraction} mixes the corpus into a task's loss; task.name is 'lm'")
+    back = list(task.key_segments_back)
+    if back and task.name != "passkey":
+        raise ValueError(f"task.key_segments_back={back} is for task.name=passkey; got {task.name!r}")
+    if any(k < 0 for k in back):
+        raise ValueError(f"task.key_segments_back={back}; expected segment counts >= 0")
     if task.name == "passkey":
         passkey_prompt(min(task.lengths), 0.0, "1" * task.key_digits)  # raises if too short
+        for length in task.lengths if segment_len is not None else []:
+            for k in back:  # raises naming the impossible (length, k)
+                passkey_prompt_back(length, k, "1" * task.key_digits, segment_len, torch.Generator().manual_seed(0))
     if task.name == "recall" and task.gap_segments:
         if segment_len is not None:
             check_segment_recall(segment_len, task.pairs, task.queries, task.gap_segments, task.local_queries,
@@ -261,6 +325,12 @@ class TaskSampler:
 
     def example(self, gen: torch.Generator, length: int) -> tuple[bytes, list[int]]:
         """(sequence bytes, positions whose next byte is an answer byte)."""
+        if self.task.name == "passkey" and self.task.key_segments_back:
+            back = list(self.task.key_segments_back)
+            k = back[int(torch.randint(len(back), (1,), generator=gen))]
+            p = passkey_prompt_back(length, k, random_key(gen, self.task.key_digits), self.n, gen)
+            seq = p.prompt + p.answer
+            return seq, list(range(len(p.prompt) - 1, len(seq) - 1))
         if self.task.name == "passkey":
             depth = float(torch.rand((), generator=gen))
             p = passkey_prompt(length, depth, random_key(gen, self.task.key_digits))

@@ -39,11 +39,24 @@ class StreamingDecoder:
         self.pending = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)  # [B, n < N]
         self.last_logits: Optional[Tensor] = None  # [B, V] after the last fed token
         self.tokens_seen = 0
+        self.segments_done = 0  # whole segments committed
+        # [B] int64: each row's state is reset before this segment index (-1: never); the memory-reset
+        # ablation of the long-range evaluation (memzoo.running.longrange `reset_after_key`).
+        self.reset_at: Optional[Tensor] = None
+
+    def _reset(self, first: int, count: int) -> Optional[Tensor]:
+        """[B, count] bool: which rows reset before segments first .. first + count - 1."""
+        if self.reset_at is None:
+            return None
+        index = torch.arange(first, first + count, device=self.device)  # [count]
+        return self.reset_at.to(self.device)[:, None] == index[None]
 
     def _call(self, tokens: Tensor) -> tuple[Tensor, ModelState]:
-        """tokens [B, S, n] from the committed state -> (logits [B, S*n, V], the state after them)."""
+        """tokens [B, S, n] from the committed state (segments from `segments_done` on) -> (logits
+        [B, S*n, V], the state after them)."""
+        reset = self._reset(self.segments_done, tokens.shape[1])
         with torch.no_grad(), autocast_context(self.precision, self.device):
-            out = self.model(tokens, self.state)
+            out = self.model(tokens, self.state, reset) if reset is not None else self.model(tokens, self.state)
         return out.logits.float().flatten(1, 2), out.state
 
     def feed(self, tokens: Tensor, return_logits: bool = False) -> Optional[Tensor]:
@@ -61,6 +74,7 @@ class StreamingDecoder:
             stop = min(whole, start + self.segments_per_call)
             chunk = buf[:, start * self.n : stop * self.n].view(self.batch_size, stop - start, self.n)
             logits, self.state = self._call(chunk)  # commit: these segments are complete
+            self.segments_done += stop - start
             self.last_logits = logits[:, -1]
             if return_logits:
                 parts.append(logits)

@@ -28,7 +28,8 @@ import torch
 from tqdm.auto import tqdm
 
 from memzoo.core.model import MemoryModel
-from memzoo.data.tasks import bytes_to_tensor, passkey_fixed_bytes, passkey_prompt, random_key, recall_example, score_passkey
+from memzoo.data.tasks import (bytes_to_tensor, key_last_byte, key_segments_back, passkey_fixed_bytes, passkey_prompt,
+                               random_key, recall_example, score_passkey)
 from memzoo.running.evaluate import peak_rss_mb
 from memzoo.running.generate import StreamingDecoder
 
@@ -57,12 +58,21 @@ class LongRangeConfig:
     key_digits: int = 5  # passkey
     pairs: int = 16  # recall
     queries: int = 8  # recall
+    # recall: free = P pairs, filler up to the length, Q queries (pairs, queries above); training = the
+    # run's own recall-across-segments layout (the capacity suite: its pairs, local queries,
+    # alphabet) with length // segment_len segments between pairs and queries (memzoo.running.recall_stream)
+    layout: str = "free"
     seed: int = 0
     segments_per_call: int = 8  # segments per model call while streaming (bounds the live activations)
     time_limit_s: Optional[float] = 900.0  # per length; None = no limit
     memory_limit_mb: Optional[float] = None  # resident memory; None = 60% of physical memory
     isolate: bool = True  # each length in a fresh process (per-length peak RSS; survives an OOM kill)
     threads: int = 0  # torch threads in the worker; 0 = torch's default
+    # passkey: the memory-reset ablation: each row's state is reset right after the segment holding
+    # the key (rows whose key shares the question's segment are not reset); rows are marked
+    # `reset_after_key` and kept beside the plain ones. Where the memory carried the key, accuracy
+    # must fall to chance.
+    reset_after_key: bool = False
 
     def __post_init__(self) -> None:
         if self.task not in ("passkey", "recall"):
@@ -85,11 +95,20 @@ class LongRangeConfig:
                              f"example ({shortest} bytes)")
         if self.segments_per_call < 1:
             raise ValueError(f"segments_per_call={self.segments_per_call}; expected >= 1")
+        if self.layout not in ("free", "training") or (self.layout == "training" and self.task != "recall"):
+            raise ValueError(f"layout={self.layout!r} with task={self.task!r}; expected free, or training for task=recall")
+        if self.reset_after_key and self.task != "passkey" and self.layout != "training":
+            raise ValueError(f"reset_after_key=True is for task=passkey or task=recall with layout=training; got "
+                             f"task={self.task!r}, layout={self.layout!r}")
 
     def settings(self) -> dict[str, Any]:
         """The options that change results (rows with other settings are not reused)."""
         keys = ("trials", "seed", "key_digits") if self.task == "passkey" else ("trials", "seed", "pairs", "queries")
-        return {k: getattr(self, k) for k in keys}
+        if self.layout == "training":  # the pairs and queries are the run's own
+            return {"trials": self.trials, "seed": self.seed, "layout": "training"} | (
+                {"reset_after_key": True} if self.reset_after_key else {})
+        # reset_after_key only where set: rows measured before the option existed stay reusable
+        return {k: getattr(self, k) for k in keys} | ({"reset_after_key": True} if self.reset_after_key else {})
 
     def budget(self) -> dict[str, Optional[float]]:
         """The limits a row was measured under (an out-of-budget row is retried under larger ones)."""
@@ -159,9 +178,14 @@ def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precis
     prompts = [passkey_prompt(length, d, random_key(gen, cfg.key_digits)) for d in cfg.depths for _ in range(cfg.trials)]
     data = torch.stack([bytes_to_tensor(p.prompt, torch.uint8) for p in prompts])  # [B, L]: 1 byte per token
     keys = [p.key for p in prompts]
+    n = model.cfg.segment_len
+    back = [key_segments_back(p, n) for p in prompts]  # the key's segment, counted back from the question's
+    key_segment = [(p.key_start + key_last_byte(len(p.key))) // n for p in prompts]
     del prompts  # only `data` (B x L bytes) stays alive while streaming
     device = next(model.parameters()).device
     decoder = StreamingDecoder(model, len(keys), cfg.segments_per_call, precision)
+    if cfg.reset_after_key:  # the state forgets everything up to the key's segment (not a key in the question's)
+        decoder.reset_at = torch.tensor([s + 1 if k > 0 else -1 for s, k in zip(key_segment, back)])
     meter = _Meter(cfg)
     base = {"task": "passkey", "length": length, "tokens": data.shape[1], "rows_in_batch": len(keys),
             **cfg.settings(), **cfg.budget()}
@@ -177,6 +201,7 @@ def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precis
         idx = range(i * cfg.trials, (i + 1) * cfg.trials)
         correct = sum(score_passkey(texts[j], keys[j]) for j in idx)
         rows.append({**base, "depth": depth, "status": "ok", "accuracy": correct / cfg.trials, "correct": correct,
+                     "key_segments_back": back[idx[0]],
                      "tokens_done": data.shape[1], "tokens_per_s": data.numel() / max(seconds, 1e-9),
                      "seconds": seconds, **_measurements(device),
                      "keys": [keys[j] for j in idx], "generated": [texts[j].decode("latin-1") for j in idx]})
@@ -184,9 +209,22 @@ def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precis
 
 
 def recall_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
-                  progress: bool = True) -> list[dict[str, Any]]:
+                  progress: bool = True, task: Any = None) -> list[dict[str, Any]]:
     """One row for one length: `trials` examples streamed as one batch; the pairs and the queries
-    are `length` bytes apart at most; teacher-forced accuracy at the answer positions."""
+    are `length` bytes apart at most; teacher-forced accuracy at the answer positions. With
+    layout=training, the run's own layout (`task`, memzoo.running.recall_stream)."""
+    if cfg.layout == "training":
+        from memzoo.running.recall_stream import segment_recall_length
+
+        meter, device = _Meter(cfg), next(model.parameters()).device
+        base = {"task": "recall", "length": length, "depth": None, "rows_in_batch": cfg.trials, **cfg.settings(),
+                **cfg.budget()}
+        try:
+            rows = segment_recall_length(model, length, cfg, task, precision, meter, _stream, progress)
+        except OutOfBudget as err:
+            return [{**base, "status": f"out of budget: {err}", "accuracy": None, "tokens_done": meter.done,
+                     "tokens_per_s": None, **_measurements(device)}]
+        return [{**base, **r, **_measurements(device)} for r in rows]
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + length)
     examples = [recall_example(gen, length, cfg.pairs, cfg.queries) for _ in range(cfg.trials)]
     data = torch.stack([bytes_to_tensor(e.tokens, torch.uint8) for e in examples])  # [B, L]
@@ -212,11 +250,13 @@ def recall_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precisi
 
 
 def evaluate_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
-                    progress: bool = True) -> list[dict[str, Any]]:
-    fn = passkey_length if cfg.task == "passkey" else recall_length
+                    progress: bool = True, task: Any = None) -> list[dict[str, Any]]:
+    """`task`: the run's task config (recall with layout=training streams its layout)."""
     if next(model.parameters()).device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    return fn(model, length, cfg, precision, progress)
+    if cfg.task == "passkey":
+        return passkey_length(model, length, cfg, precision, progress)
+    return recall_length(model, length, cfg, precision, progress, task)
 
 
 def _length_worker(run_dir: str, length: int, cfg_dict: dict[str, Any], progress: bool) -> list[dict[str, Any]]:
@@ -227,7 +267,7 @@ def _length_worker(run_dir: str, length: int, cfg_dict: dict[str, Any], progress
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     run_cfg, model = load_trained(run_dir)
-    rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress)
+    rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress, run_cfg.task)
     for r in rows:
         r["rss_isolated"] = True
     return rows
@@ -265,6 +305,8 @@ def weights_id(run_dir: Path) -> str:
 def _reusable(row: dict[str, Any], cfg: LongRangeConfig, weights: str) -> bool:
     """Measured with these settings and weights, and not out of a budget smaller than this one."""
     if row.get("weights") != weights or any(row.get(k) != v for k, v in cfg.settings().items()):
+        return False
+    if bool(row.get("reset_after_key", False)) != cfg.reset_after_key:
         return False
     if row.get("status") == "ok":
         return True
@@ -308,18 +350,23 @@ def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool =
         if cfg.isolate:
             rows = _run_isolated(run_dir, length, cfg, progress)
         else:
-            rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress)
+            rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress, run_cfg.task)
             for r in rows:
                 r["rss_isolated"] = False
         for r in rows:
             r.update(method=method, weights=weights)
-        keys = {(length, r.get("depth")) for r in rows}
-        kept = [r for r in kept if (r["length"], r.get("depth")) not in keys] + rows
-        kept.sort(key=lambda r: (r["length"], -1 if r.get("depth") is None else r["depth"]))
+        keys = {_row_key(r) for r in rows}
+        kept = [r for r in kept if _row_key(r) not in keys] + rows
+        kept.sort(key=lambda r: (r["length"], -1 if r.get("depth") is None else r["depth"], _row_key(r)[2]))
         _atomic_json(store, kept)
         _merge_into_result(run_dir, cfg.task, kept)
     wanted = set(cfg.lengths)
     return [r for r in kept if r["length"] in wanted and _reusable(r, cfg, weights)]
+
+
+def _row_key(row: dict[str, Any]) -> tuple:
+    """What one stored row stands for: (length, depth, reset ablation or not)."""
+    return row["length"], row.get("depth"), bool(row.get("reset_after_key", False))
 
 
 def _method_of(run_dir: Path) -> str:

@@ -7,22 +7,18 @@ A run folder holds `config.yaml` (resolved), `metrics.jsonl` (one JSON object pe
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from memzoo.core.config import TrainConfig, to_yaml
-from memzoo.core.losses import LN2, token_nll
-from memzoo.core.model import MemoryModel, ModelState
-from memzoo.core.precision import autocast_context
+from memzoo.core.losses import LN2
 from memzoo.data.corpus import Batch, WindowSampler, load_documents, split_documents
 from memzoo.data.tasks import TaskSampler
 from memzoo.running import distributed as dist
@@ -30,6 +26,8 @@ from memzoo.running.capacity import write_capacity_result
 from memzoo.running.checkpoints import load_checkpoint, load_run_weights, save_checkpoint
 from memzoo.running.configure import build_model, pick_device
 from memzoo.running.evaluate import evaluate_run, write_result
+from memzoo.running.mixing import corpus_batches, mixed_window
+from memzoo.running.window import WindowResult, train_window
 
 
 def lr_at(step: int, tc: TrainConfig | DictConfig) -> float:
@@ -39,53 +37,6 @@ def lr_at(step: int, tc: TrainConfig | DictConfig) -> float:
     progress = (step - tc.warmup_steps) / max(1, tc.steps - tc.warmup_steps)
     floor = tc.lr * tc.min_lr_ratio
     return floor + 0.5 * (tc.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-@dataclass
-class WindowResult:
-    nll_sum: float  # nats over the masked targets
-    tokens: int
-    aux: float
-    state: ModelState
-
-
-def train_window(model: MemoryModel, batch: Batch, bptt_segments: int, aux_weight: float = 1.0,
-                 precision: str = "fp32", state: Optional[ModelState] = None, align_end: bool = False,
-                 denominator: Optional[float] = None,
-                 block_context: Optional[Callable[[bool], ContextManager]] = None) -> WindowResult:
-    """Forward and backward one window, k = bptt_segments segments per model call.
-
-    The state is detached between calls: gradient from a block's last segment reaches that block's
-    first segment (s - k + 1) and nothing earlier. Each block is backpropagated as soon as it is
-    computed, so at most k segments of graph are alive. Blocks start at segment 0; with
-    `align_end` the last block ends at the last segment instead (the first block is the short one),
-    so a loss at the end of an example (a task's answer) reaches k whole segments back.
-
-    The summed NLL is divided by `denominator` (default: this batch's target count; a distributed
-    run passes its global count / world). `block_context(last)` wraps each block (DDP: no_sync but
-    in the last block, so gradients are all-reduced once per window).
-    """
-    device = batch.tokens.device
-    b, s, _ = batch.tokens.shape
-    state = state if state is not None else model.initial_state(b, device)
-    total = denominator if denominator is not None else int(batch.mask.sum().clamp(min=1))
-    nll_sum, aux_sum = 0.0, 0.0
-    first = (s % bptt_segments or bptt_segments) if align_end else bptt_segments
-    starts = [0, *range(first, s, bptt_segments)]
-    for start in starts:
-        blk = batch.segments(start, min(s, first if start == 0 else start + bptt_segments))
-        sync = block_context(start == starts[-1]) if block_context is not None else contextlib.nullcontext()
-        with sync:
-            with autocast_context(precision, device):
-                out = model(blk.tokens, state, blk.reset)
-            nll = token_nll(out.logits, blk.targets) * blk.mask
-            loss = nll.sum() / total + aux_weight * out.aux_loss
-            if loss.requires_grad:
-                loss.backward()
-        nll_sum += float(nll.sum().detach())
-        aux_sum += float(out.aux_loss.detach())
-        state = out.state.detach()
-    return WindowResult(nll_sum, int(batch.mask.sum()), aux_sum, state)
 
 
 def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
@@ -161,6 +112,10 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             raise ValueError(f"task.init_from={cfg.task.init_from!r} holds weights of another model or memory config: "
                              f"{str(err).splitlines()[0]}") from None
     sample = batch_source(cfg)
+    mix = float(cfg.task.lm_fraction)
+    corpus = None
+    if mix > 0:  # (1 - f) x task loss + f x corpus loss (memzoo.running.mixing)
+        corpus = corpus_batches(cfg)
     metrics = run_dir / "metrics.jsonl"
     bar = tqdm(total=tc.steps, initial=step, desc=f"train {cfg.name}", disable=not progress or not rank.is_main,
                dynamic_ncols=True)
@@ -175,10 +130,20 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             lr = lr_at(step, tc)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_mult", 1.0)
-            res = train_window(net, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
-                               state=model.initial_state(batch.tokens.shape[0], device), align_end=cfg.task.name != "lm",
-                               denominator=dist.loss_denominator(batch, rank, device),
-                               block_context=dist.block_sync(net))
+            lm_bpb = None
+            if corpus is None:
+                res = train_window(net, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
+                                   state=model.initial_state(batch.tokens.shape[0], device),
+                                   align_end=cfg.task.name != "lm", denominator=dist.loss_denominator(batch, rank, device),
+                                   block_context=dist.block_sync(net))
+            else:
+                lm_batch = dist.shard_rows(corpus(step, tc.batch_size, batch.tokens.shape[1]), rank).to(device)
+                mixed = mixed_window(net, batch, lm_batch, mix, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
+                                     dist.loss_denominator(batch, rank, device),
+                                     dist.loss_denominator(lm_batch, rank, device), dist.block_sync(net))
+                res = WindowResult(mixed.task_nll, mixed.task_tokens, mixed.aux, None)
+                lm_sum, lm_n = dist.all_sum([mixed.lm_nll, mixed.lm_tokens], rank, device)
+                lm_bpb = lm_sum / max(lm_n, 1) / LN2
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
             in_update = True
             optimizer.step()
@@ -194,8 +159,9 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             if rank.is_main:  # the other ranks write nothing
                 if step % tc.log_every == 0 or step == tc.steps:
                     now = time.perf_counter()
-                    _log(metrics, {"step": step, "train_bpb": bpb, "aux": aux, "lr": lr, "grad_norm": float(grad_norm),
-                                   "tokens_per_s": tokens_since / max(now - t_last, 1e-9)})
+                    row = {"step": step, "train_bpb": bpb, "aux": aux, "lr": lr, "grad_norm": float(grad_norm),
+                           "tokens_per_s": tokens_since / max(now - t_last, 1e-9)}
+                    _log(metrics, row if lm_bpb is None else {**row, "lm_bpb": lm_bpb})  # train_bpb: the task's
                     t_last, tokens_since = now, 0
                 if tc.checkpoint_every and step % tc.checkpoint_every == 0:
                     save_checkpoint(run_dir, model, optimizer, step)

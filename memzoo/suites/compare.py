@@ -24,6 +24,8 @@ from tqdm.auto import tqdm
 
 from memzoo.core.config import ConfigError, RunConfig, _merge_checked, preset_path, to_yaml
 from memzoo.running.configure import load_config, resolve
+from memzoo.running.curriculum import finetune_chain, finished, prepare_stage
+from memzoo.running.diagnostics import stage_columns
 
 
 @dataclass
@@ -43,8 +45,10 @@ class SuiteConfig:
     threads_per_job: int = 0  # torch threads per worker; 0 = cores // jobs
     max_param_spread: float = 0.10  # (max - min) / min of the parameter counts across runs
     out_dir: str = "results"  # the suite's folder is out_dir/name
-    # Optional second stage: run-config overrides for fine-tuning each pretrained run (e.g. on the
-    # passkey task); the pretrained run is kept as NAME-lm and the fine-tuned one is the suite's run.
+    # Optional fine-tuning after pretraining: run-config overrides (one stage, e.g. on the passkey
+    # task), or a list of them (curriculum stages, each merged onto the previous stage's config and
+    # starting from its weights; memzoo.running.curriculum). The pretrained run is kept as NAME-lm, earlier
+    # stages as NAME-c1, NAME-c2, ...; the last stage is the suite's run.
     finetune: Any = None
     # Optional last stage: long-range evaluations of each run, a list of memzoo.running.longrange.LongRangeConfig
     # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]); their rows join the results table.
@@ -67,6 +71,12 @@ class RunSpec:
     grid: dict[str, Any]
     pretrain: Optional[DictConfig] = None  # the language-model stage fine-tuning starts from
     sweep: dict[str, Any] = field(default_factory=dict)  # run-config values of this run's sweep point
+    stages: list[DictConfig] = field(default_factory=list)  # curriculum stages between pretrain and cfg, in order
+
+    @property
+    def chain(self) -> list[DictConfig]:
+        """Every training stage in order: pretraining (if any), curriculum stages, the run itself."""
+        return ([self.pretrain] if self.pretrain is not None else []) + list(self.stages) + [self.cfg]
 
     @property
     def run_dir(self) -> Path:
@@ -74,7 +84,7 @@ class RunSpec:
 
     @property
     def steps(self) -> int:
-        return int(self.cfg.train.steps) + (int(self.pretrain.train.steps) if self.pretrain is not None else 0)
+        return sum(int(c.train.steps) for c in self.chain)
 
 
 def load_suite(name_or_path: Optional[str] = "quick", overrides: Optional[list[str]] = None) -> DictConfig:
@@ -185,23 +195,14 @@ def expand(suite: DictConfig) -> list[RunSpec]:
                 if suite.token_budget:
                     per_step = cfg.train.batch_size * cfg.train.window_segments * cfg.model.segment_len
                     cfg.train.steps = max(1, int(suite.token_budget) // per_step)
-                pretrain = None
+                pretrain, stages = None, []
                 if suite.finetune:
-                    pretrain, cfg = cfg, _finetune_config(cfg, suite.finetune, root, name)
-                specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain, sweep))
+                    pretrain, *stages, cfg = finetune_chain(cfg, suite.finetune, root, name)
+                specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain, sweep, stages))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError("two suite runs share a name; check the grid and seeds for duplicates")
     return specs
-
-
-def _finetune_config(pretrain: DictConfig, overrides: Any, root: Path, name: str) -> DictConfig:
-    """The fine-tuning stage: the pretrained run's config, renamed NAME-lm, under `overrides`."""
-    pretrain.name = f"{name}-lm"
-    cfg = OmegaConf.merge(pretrain, overrides)
-    cfg.name = name
-    cfg.task.init_from = str(root / "runs" / pretrain.name)
-    return resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=f"suite finetune {name}"))
 
 
 def longrange_configs(suite: DictConfig, threads: int = 0) -> list[Any]:
@@ -227,7 +228,7 @@ def is_finished(spec: RunSpec, stages: list[dict[str, Any]]) -> bool:
     """Trained and evaluated, and exactly these long-range `stages` (`_stages_signature`) are done
     (a stage added or changed since makes the run unfinished; its worker then evaluates only what
     is missing)."""
-    if not (spec.run_dir / "result.json").is_file():
+    if not all(finished(Path(c.out_dir) / c.name, c) for c in spec.chain):  # every training stage, as configured
         return False
     if not stages:
         return True
@@ -285,9 +286,9 @@ def write_table(root: Path, specs: list[RunSpec]) -> pd.DataFrame:
         if (s.run_dir / "result.json").is_file():
             row = result_row(s.run_dir, s.grid)
             row["suite"] = root.name
-            pretrained = Path(s.cfg.out_dir) / f"{s.name}-lm" / "result.json"
-            if s.pretrain is not None and pretrained.is_file():  # before fine-tuning: what it cost the LM
-                row["pretrain_valid_bpb"] = json.loads(pretrained.read_text()).get("valid_bpb")
+            # before fine-tuning (what it cost the LM), the answer loss over the stages, the gates before
+            pre = Path(s.pretrain.out_dir) / s.pretrain.name if s.pretrain is not None else None
+            row.update(stage_columns(pre, [Path(c.out_dir) / c.name for c in [*s.stages, s.cfg]], row))
             rows.append(row)
     df = pd.DataFrame(rows)
     if rows:
@@ -302,9 +303,10 @@ def write_table(root: Path, specs: list[RunSpec]) -> pd.DataFrame:
 
 def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imports: list[str],
             longrange: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every stage of one run in this (fresh) process: pretraining (if any), training or
-    fine-tuning, long-range evaluations. Each stage resumes or is skipped when already done.
-    Progress goes to run_dir/progress.json."""
+    """Every stage of one run in this (fresh) process: pretraining (if any), training or the
+    fine-tuning stages in order, long-range evaluations. Each stage resumes or is skipped when
+    already done; a stale one is moved aside and trained again (memzoo.running.curriculum). Progress goes
+    to run_dir/progress.json."""
     import torch
 
     from memzoo.running.configure import load_config as _load
@@ -315,22 +317,21 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
         torch.set_num_threads(threads)
     import_plugins(imports)
     path = Path(run_dir)
+    stages = [(stage, _load_yaml_config(text)) for stage, text in spec_yaml.items() if text is not None]
+    todo = []  # before anything is written: stale folders (the run's own included) are moved aside
+    for _, cfg in stages:
+        todo.append(prepare_stage(Path(cfg.out_dir) / cfg.name, cfg, upstream_retrained=any(todo)))
     path.mkdir(parents=True, exist_ok=True)
     done_before = 0
-    total = sum(_load_steps(t) for t in spec_yaml.values() if t is not None)
-    for stage in ("pretrain", "run"):
-        text = spec_yaml.get(stage)
-        if text is None:
-            continue
-        cfg_file = path / f"suite-{stage}-config.yaml"
-        cfg_file.write_text(text)
-        cfg = _load(str(cfg_file))
+    total = sum(int(cfg.train.steps) for _, cfg in stages)
+    for (stage, cfg), needed in zip(stages, todo):
+        (path / f"suite-{stage}-config.yaml").write_text(spec_yaml[stage])
         stage_dir = Path(cfg.out_dir) / cfg.name
 
         def progress(step: int, offset: int = done_before) -> None:
             (path / "progress.json").write_text(json.dumps({"step": offset + step, "steps": total}))
 
-        if not (stage_dir / "result.json").is_file():
+        if needed:
             train(cfg, run_dir=stage_dir, on_step=progress, progress=False)
         done_before += int(cfg.train.steps)
     for options in longrange:
@@ -340,12 +341,16 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
     return json.loads((path / "result.json").read_text())
 
 
-def _load_steps(cfg_yaml: str) -> int:
-    return int(OmegaConf.create(cfg_yaml).train.steps)
+def _load_yaml_config(text: str) -> DictConfig:
+    """A stage's resolved run config from its YAML text (validated as `memzoo train` would)."""
+    return resolve(_merge_checked(OmegaConf.structured(RunConfig), OmegaConf.create(text), where="suite stage"))
 
 
 def _stage_yaml(spec: RunSpec) -> dict[str, Optional[str]]:
-    return {"pretrain": to_yaml(spec.pretrain) if spec.pretrain is not None else None, "run": to_yaml(spec.cfg)}
+    """Every training stage's config as YAML, in order: pretrain, stage1, stage2, ..., run."""
+    stages = {"pretrain": to_yaml(spec.pretrain) if spec.pretrain is not None else None}
+    stages.update({f"stage{i + 1}": to_yaml(c) for i, c in enumerate(spec.stages)})
+    return {**stages, "run": to_yaml(spec.cfg)}
 
 
 def _progress_of(run_dir: Path) -> int:

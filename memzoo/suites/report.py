@@ -17,6 +17,8 @@ import pandas as pd
 from memzoo.analysis import (bpb_by_segment, capacity_curves, capacity_table, capacity_thresholds, cost_per_method,
                              cost_vs_length, footprint_vs_bpb, gate_heatmaps, is_capacity_table, length_cost_table,
                              load_results, longrange_table, passkey_heatmaps, summary_table)
+from memzoo.analysis.longrange import (PASSKEY_INTERVAL, accuracy_by_key_segment, answer_loss_curves, gate_summary,
+                                       lm_before_after, passkey_length_curves, recall_generalisation)
 from memzoo.analysis.stats import INTERVAL, TEST, t_halfwidth
 
 FIGURES = {
@@ -26,6 +28,9 @@ FIGURES = {
     "cost": "Evaluation throughput and peak resident memory per method",
     "gates": "Per-head gate values per layer (0 = local attention only, 1 = memory only)",
     "passkey": "Passkey accuracy by prompt length and key depth (oob: out of the time or memory budget)",
+    "passkey_length": "Passkey accuracy against prompt length, depths pooled (95% Wilson interval over the pooled keys; "
+                      "dashed: the memory reset after the key's segment)",
+    "answer_loss": "Answer loss (bits per byte) over the fine-tuning steps; dotted lines: curriculum stages",
     "length_cost": "Peak resident memory and streaming throughput against prompt length (passkey streams)",
 }
 
@@ -33,7 +38,7 @@ FIGURES = {
 # learning rates compactly; p-values to two significant digits; everything else (bpb, accuracy) to 3 decimals.
 _INTEGER = {"params", "footprint", "footprint_measured", "footprint_analytic", "state", "runs", "n", "seed",
             "peak_rss_mb", "tokens_per_s", "train_tokens_per_s", "length", "pairs", "gap_segments", "d_model",
-            "recall_queries", "rows_in_batch"}
+            "recall_queries", "rows_in_batch", "n_reset", "correct", "heads"}
 _INTEGER_PREFIXES = ("rss_mb_", "tokens_per_s_", "grid_", "state_at_")
 
 
@@ -141,6 +146,12 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
     fig = passkey_heatmaps(df)
     if fig is not None:
         _save(fig, paths.setdefault("passkey", out / "passkey.png"))
+    ax = passkey_length_curves(df)
+    if ax is not None:
+        _save(ax.figure, paths.setdefault("passkey_length", out / "passkey_vs_length.png"))
+    ax = answer_loss_curves(df)
+    if ax is not None:
+        _save(ax.figure, paths.setdefault("answer_loss", out / "answer_loss.png"))
     axes = cost_vs_length(df)
     if axes is not None:
         _save(axes[0].figure, paths.setdefault("length_cost", out / "cost_vs_length.png"))
@@ -232,6 +243,25 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
                       display(passkey, {"accuracy": ("accuracy", "accuracy_ci")})),
                      ("Streaming cost against length (peak resident MB, tokens/s; ratios between streams of equal batch)",
                       display(streaming_cost(df, sorted(passkey["length"].unique().tolist()))))]
+        notes.append(f"passkey against length: {PASSKEY_INTERVAL}.")
+    by_segment = accuracy_by_key_segment(df)
+    if not by_segment.empty:
+        notes.append("segments back: how many segments before the question's segment the key's last digit lies "
+                     "(0: the same segment); accuracy_reset: the same prompts with the state reset right after "
+                     "the key's segment (the memory-reset ablation; it must fall to chance where the memory did "
+                     "the work).")
+        sections.append(("Passkey accuracy by the key's segment, counted back from the question", display(by_segment)))
+    recall = recall_generalisation(df)
+    if not recall.empty:
+        sections.append(("Recall with the pairs `length` bytes before the queries (the training layout; mean over "
+                         "seeds; accuracy_reset: state reset after the pairs' segment)", display(recall)))
+    lm = lm_before_after(df)
+    if not lm.empty:
+        sections.append(("Validation bits per byte before and after fine-tuning (ratio: after / before)", display(lm)))
+    gates = gate_summary(df)
+    if not gates.empty and "gate_before" in gates and gates["gate_before"].notna().any():
+        sections.append(("Gates before and after fine-tuning (mean over heads; share of heads < 0.1 and > 0.9 after)",
+                         display(gates)))
 
     md = [f"# {title}", "", *[f"- {n}" for n in notes], ""]
     for heading, shown in sections:

@@ -1,0 +1,108 @@
+"""Curriculum stages of a suite run: pretraining, then an ordered list of fine-tuning stages, each
+starting from the previous stage's weights (RMT's and ARMT's recipe: grow the distance between
+the key and the question stage by stage, 1 -> 2 -> 4 segments).
+
+A suite's `finetune:` is one mapping (one stage, as before) or a list of mappings. Each entry is
+run-config overrides merged onto the *previous stage's* config, so a later stage names only what
+changes (e.g. `task: {key_segments_back: [2]}`, `train: {steps: 200}`).
+
+Run folders, for a suite run NAME: NAME-lm (pretraining), NAME-c1 ... NAME-c{K-1} (the first
+K - 1 fine-tuning stages) and NAME (the last stage: the suite's row and what `longrange:`
+evaluates). A finished stage (result.json, config unchanged) is never re-run; an unfinished one
+resumes from its checkpoint. A stage whose config changed since it ran is stale: its folder, and
+the folder of every later stage, is moved aside to FOLDER.stale-N and trained again.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from memzoo.core.config import ConfigError, RunConfig, _merge_checked
+from memzoo.running.configure import resolve
+
+# Keys that change neither the weights nor the results: a change in them does not make a stage stale.
+BOOKKEEPING = ("train.threads", "train.checkpoint_every", "train.log_every")
+
+
+def stage_overrides(finetune: Any) -> list[Any]:
+    """The suite's `finetune:` as an ordered list of override mappings (a single mapping is one stage)."""
+    if isinstance(finetune, (DictConfig, dict)):
+        return [finetune]
+    if isinstance(finetune, (ListConfig, list)) and finetune and all(isinstance(s, (DictConfig, dict)) for s in finetune):
+        return list(finetune)
+    raise ConfigError(f"suite.finetune={OmegaConf.to_container(finetune) if isinstance(finetune, ListConfig) else finetune!r}; "
+                      "expected run-config overrides (one stage) or a non-empty list of them (curriculum stages)")
+
+
+def stage_name(name: str, index: int, count: int) -> str:
+    """Folder name of fine-tuning stage `index` (0-based) of `count`: the last one is the run itself."""
+    return name if index == count - 1 else f"{name}-c{index + 1}"
+
+
+def finetune_chain(pretrain: DictConfig, finetune: Any, root: Path, name: str) -> list[DictConfig]:
+    """[pretraining, stage 1, ..., last stage]: each fine-tuning stage is the previous stage's
+    config under its overrides, renamed, starting from the previous stage's run folder."""
+    overrides = stage_overrides(finetune)
+    pretrain.name = f"{name}-lm"
+    chain = [pretrain]
+    for i, stage in enumerate(overrides):
+        prev = chain[-1]
+        cfg = OmegaConf.merge(prev, stage)
+        cfg.name = stage_name(name, i, len(overrides))
+        cfg.task.init_from = str(root / "runs" / prev.name)
+        where = f"suite finetune[{i}] {name}" if len(overrides) > 1 else f"suite finetune {name}"
+        chain.append(resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=where)))
+    return chain
+
+
+def _comparable(cfg: DictConfig) -> dict[str, Any]:
+    """A run config as a plain dict under the current schema (keys added since take their defaults),
+    without the bookkeeping keys."""
+    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
+    out = OmegaConf.to_container(merged, resolve=True)
+    for key in BOOKKEEPING:
+        section, leaf = key.split(".")
+        out.get(section, {}).pop(leaf, None)
+    return out
+
+
+def config_matches(run_dir: Path, cfg: DictConfig) -> bool:
+    """The run folder was trained (or is being trained) under `cfg`, bookkeeping keys aside."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return False
+    try:
+        return _comparable(OmegaConf.load(path)) == _comparable(cfg)
+    except OmegaConfBaseException:  # a key the schema no longer has: another config
+        return False
+
+
+def finished(run_dir: Path, cfg: DictConfig) -> bool:
+    """A stage that is done: result.json written under this very config."""
+    return (Path(run_dir) / "result.json").is_file() and config_matches(run_dir, cfg)
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Rename a stale stage folder to FOLDER.stale-N (the first N free); returns the new path."""
+    n = 1
+    while (target := run_dir.with_name(f"{run_dir.name}.stale-{n}")).exists():
+        n += 1
+    run_dir.rename(target)
+    return target
+
+
+def prepare_stage(run_dir: Path, cfg: DictConfig, upstream_retrained: bool) -> bool:
+    """Whether the stage in `run_dir` must (still) be trained; a stale folder (config changed, or an
+    earlier stage trained again since) is moved aside first, so training starts afresh from the
+    previous stage. A folder with a checkpoint and the same config resumes."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        return True
+    if upstream_retrained or not config_matches(run_dir, cfg):
+        if (run_dir / "config.yaml").is_file() or (run_dir / "checkpoint.pt").is_file():
+            move_aside(run_dir)
+        return True
+    return not (run_dir / "result.json").is_file()

@@ -1,0 +1,128 @@
+"""Curriculum stages (memzoo.running.curriculum): fine-tuning stages run in order, each from the previous
+stage's weights; a killed stage resumes from its checkpoint, a finished one is never re-run, a
+changed one is moved aside and trained again; the long-range evaluation reads the last stage."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import memzoo.running.train
+from memzoo.suites.compare import _worker, _worker_args, expand, is_finished, load_suite
+from memzoo.core.config import ConfigError
+from memzoo.running.longrange import weights_id
+from memzoo.running.checkpoints import load_checkpoint
+
+SUITE = """
+name: cur
+base: small
+threads_per_job: 1
+methods: [infini-linear]
+token_budget: 1024   # 2 pretraining steps of 2 x 4 x 64 bytes
+jobs: 1
+run:
+  model: {d_model: 32, n_layers: 2, n_heads: 2, segment_len: 64}
+  data: {max_docs: 30}
+  train: {batch_size: 2, window_segments: 4, bptt_segments: 2, warmup_steps: 1, checkpoint_every: 1, log_every: 1}
+  eval: {batch_size: 2, max_docs: 2, max_segments_per_doc: 2}
+finetune:
+  - task: {name: passkey, lengths: [440], key_digits: 2, key_segments_back: [1]}
+    train: {steps: 3, bptt_segments: 8}
+  - task: {key_segments_back: [2]}   # merged onto stage 1: passkey, 440 bytes, 2 digits
+    train: {steps: 2}
+longrange:
+  - {task: passkey, lengths: [440], depths: [1], isolate: false}
+"""
+
+
+REAL_TRAIN = memzoo.running.train.train
+
+
+class Killed(BaseException):
+    pass
+
+
+def _suite(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "cur.yaml"
+    path.write_text(f"out_dir: {tmp_path / 'results'}\n" + SUITE + textwrap.dedent(extra))
+    return path
+
+
+def _spy_train(monkeypatch, calls: list, kill: tuple[str, int] | None = None) -> None:
+    """Record (stage name, first step run) of every train() call; optionally stop one stage at a step."""
+    real = REAL_TRAIN
+
+    def train(cfg, run_dir=None, on_step=None, **kw):
+        seen: list[int] = []
+
+        def step(i: int) -> None:
+            seen.append(i)
+            if on_step:
+                on_step(i)
+            if kill and cfg.name.endswith(kill[0]) and i == kill[1]:
+                raise Killed()
+
+        try:
+            return real(cfg, run_dir=run_dir, on_step=step, **kw)
+        finally:
+            calls.append((cfg.name, seen[0] if seen else None))
+
+    monkeypatch.setattr(memzoo.running.train, "train", train)
+
+
+def _steps(run: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines() if "train_bpb" in line]
+
+
+def test_stages_run_in_order_resume_after_a_kill_and_feed_the_evaluation(tmp_path: Path, monkeypatch) -> None:
+    suite = load_suite(str(_suite(tmp_path)))
+    (spec,) = expand(suite)
+    runs = tmp_path / "results" / "cur" / "runs"
+    assert [c.name for c in spec.chain] == ["infini-linear-s0-lm", "infini-linear-s0-c1", "infini-linear-s0"]
+    assert [c.task.init_from for c in spec.chain] == [None, str(runs / "infini-linear-s0-lm"), str(runs / "infini-linear-s0-c1")]
+    last = spec.chain[-1].task
+    assert (last.name, list(last.lengths), last.key_digits, list(last.key_segments_back)) == ("passkey", [440], 2, [2])
+    longrange = [{"task": "passkey", "lengths": [440], "depths": [1], "isolate": False}]
+    args = _worker_args(spec, suite, 1, longrange)
+
+    calls: list = []
+    _spy_train(monkeypatch, calls, kill=("-c1", 2))
+    with pytest.raises(Killed):
+        _worker(*args)
+    lm, c1, final = (runs / c.name for c in spec.chain)
+    assert calls == [(lm.name, 1), (c1.name, 1)]
+    assert load_checkpoint(c1)["step"] == 2 and not (c1 / "result.json").exists()
+    assert not (final / "checkpoint.pt").exists()
+    lm_stamp = (lm / "result.json").stat().st_mtime_ns
+
+    calls.clear()
+    _spy_train(monkeypatch, calls)
+    _worker(*args)
+    assert calls == [(c1.name, 3), (final.name, 1)]  # the finished stage is not re-run; the killed one resumes
+    assert (lm / "result.json").stat().st_mtime_ns == lm_stamp
+    assert _steps(c1) == [1, 2, 3] and _steps(final) == [1, 2]
+    assert (lm / "result.json").stat().st_mtime_ns < (c1 / "result.json").stat().st_mtime_ns \
+        < (final / "result.json").stat().st_mtime_ns
+    (row,) = json.loads((final / "passkey.json").read_text())
+    assert row["weights"] == weights_id(final) != weights_id(c1)  # the last stage's weights were evaluated
+
+    # A changed last stage is detected: it alone is moved aside and trained again.
+    c1_stamp = (c1 / "result.json").stat().st_mtime_ns
+    path = _suite(tmp_path)
+    path.write_text(path.read_text().replace("train: {steps: 2}", "train: {steps: 3}"))
+    changed = load_suite(str(path))
+    (spec2,) = expand(changed)
+    assert not is_finished(spec2, []) and is_finished(spec, [])
+    calls.clear()
+    _worker(*_worker_args(spec2, changed, 1, longrange))
+    assert calls == [(final.name, 1)]
+    assert _steps(final) == [1, 2, 3] and (c1 / "result.json").stat().st_mtime_ns == c1_stamp
+    assert _steps(final.with_name(final.name + ".stale-1")) == [1, 2]
+
+
+def test_finetune_must_be_a_mapping_or_a_list_of_them(tmp_path: Path) -> None:
+    suite = load_suite(str(_suite(tmp_path)), ["finetune=[3]"])
+    with pytest.raises(ConfigError, match=r"suite.finetune=\[3\]; expected run-config overrides"):
+        expand(suite)

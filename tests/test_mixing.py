@@ -1,0 +1,77 @@
+"""The fine-tune that keeps the language model (memzoo.running.mixing): (1 - f) x task loss + f x corpus loss."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from memzoo.core.config import ConfigError
+from memzoo.running.configure import load_config
+from memzoo.running.mixing import corpus_batches, mixed_window
+from memzoo.data.tasks import TaskSampler
+from memzoo.running.configure import build_model
+from memzoo.running.train import train_window
+
+TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=64", "data.max_docs=30",
+        "task.name=passkey", "task.lengths=[300]", "task.key_digits=2", "train.bptt_segments=5"]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    cfg = load_config("infini-linear", TINY)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    task = TaskSampler(cfg.task, cfg.model.segment_len, 0).sample(0, 2)  # [2, 5, 64]
+    corpus = corpus_batches(cfg)(0, 2, task.tokens.shape[1])
+    return model, task, corpus
+
+
+def _step(model, fn) -> dict[str, torch.Tensor]:
+    """One AdamW step of a copy of `model` on the gradients `fn(copy)` leaves; its new weights."""
+    m = copy.deepcopy(model)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    fn(m)
+    opt.step()
+    return {k: v.clone() for k, v in m.state_dict().items()}
+
+
+def _grads(model, fn) -> dict[str, torch.Tensor]:
+    m = copy.deepcopy(model)
+    fn(m)
+    return {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+
+def test_fraction_zero_is_a_task_step_and_one_an_lm_step(setup) -> None:
+    model, task, corpus = setup
+    pure_task = _step(model, lambda m: train_window(m, task, 5, align_end=True))
+    pure_lm = _step(model, lambda m: train_window(m, corpus, 5))
+    mixed0 = _step(model, lambda m: mixed_window(m, task, corpus, 0.0, 5))
+    mixed1 = _step(model, lambda m: mixed_window(m, task, corpus, 1.0, 5))
+    assert all(torch.equal(mixed0[k], pure_task[k]) for k in pure_task)  # bit-identical
+    assert all(torch.equal(mixed1[k], pure_lm[k]) for k in pure_lm)
+    assert any(not torch.equal(pure_task[k], pure_lm[k]) for k in pure_task)  # the two steps do differ
+
+
+def test_the_mixed_gradient_is_the_weighted_sum(setup) -> None:
+    model, task, corpus = setup
+    g_task = _grads(model, lambda m: train_window(m, task, 5, align_end=True))
+    g_lm = _grads(model, lambda m: train_window(m, corpus, 5))
+    g_mix = _grads(model, lambda m: mixed_window(m, task, corpus, 0.25, 5))
+    for name in g_task:
+        assert torch.allclose(g_mix[name], 0.75 * g_task[name] + 0.25 * g_lm[name], atol=1e-6, rtol=1e-4), name
+
+
+def test_lm_fraction_is_checked_and_logged(tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"task.lm_fraction=1.5; expected a fraction in \[0, 1\]"):
+        load_config("local", TINY + ["task.lm_fraction=1.5"])
+    with pytest.raises(ConfigError, match="task.lm_fraction=0.5 mixes the corpus into a task's loss"):
+        load_config("local", ["task.lm_fraction=0.5"])
+    from memzoo.running.train import train
+    import json
+
+    cfg = load_config("local", TINY + ["task.lm_fraction=0.5", "train.steps=2", "train.batch_size=2", "train.log_every=1",
+                                      "eval.max_docs=1", "eval.max_segments_per_doc=1", f"out_dir={tmp_path}"])
+    run = train(cfg, progress=False)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all(2 < r["lm_bpb"] < 9 and r["train_bpb"] > 0 for r in rows)
