@@ -272,3 +272,19 @@ def test_long_call_with_late_reset_matches_the_loop() -> None:
     assert float((fast.double() - exact).abs().max()) < 1e-5
     assert float((fast - loop).abs().max()) < 1e-5
     assert torch.allclose(fast_state["M"], loop_state["M"], atol=1e-5) and torch.equal(fast_state["z"] > 0, loop_state["z"] > 0)
+
+
+def test_rules_agree_until_the_second_write() -> None:
+    """The delta rule's correction reads the memory before writing; with one write behind it (the
+    capacity suite's G = 1: pairs in segment 0, queries in segment 1) the memory is empty, so both
+    rules give the same outputs and gradients. From the third segment on they differ."""
+    q, k, v, _ = inputs()
+    reset = torch.zeros(B, S, dtype=torch.bool)
+    lin, delta = run_plugin(plugin("linear"), q, k, v, reset)[0], run_plugin(plugin("delta"), q, k, v, reset)[0]
+    assert torch.allclose(lin[:, :2], delta[:, :2], atol=1e-6, rtol=1e-5)  # [B, S, H, N, D]: segments 0 and 1
+    assert (lin[:, 2:] - delta[:, 2:]).abs().max() > 1e-3
+    w = torch.randn_like(lin[:, :2])
+    g_lin = torch.autograd.grad((lin[:, :2] * w).sum(), (q, k, v))
+    g_delta = torch.autograd.grad((delta[:, :2] * w).sum(), (q, k, v))
+    for name, a, b in zip("qkv", g_lin, g_delta):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-5), name
