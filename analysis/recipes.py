@@ -105,15 +105,18 @@ def cost_per_method(df: pd.DataFrame, axes=None):
 
 def gate_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per-head gate values (sigmoid(β) for Infini; sigmoid(b) for Memorizing) as rows
-    (method, seed, layer, head, gate), from the `gates_json` (or `gates`) column."""
+    (method, state, seed, layer, head, gate), from the `gates_json` (or `gates`) column; `state` is
+    the run's measured footprint (a method swept over its memory size has one set of gates per size)."""
     rows = []
     for _, r in df.iterrows():
         gates = r.get("gates_json", r.get("gates", "{}"))
         gates = json.loads(gates) if isinstance(gates, str) else (gates or {})
+        state = r.get("footprint_measured", None)
         for layer, values in gates.items():
             for head, g in enumerate(values):
-                rows.append({"method": r["method"], "seed": r["seed"], "layer": int(layer), "head": head, "gate": g})
-    return pd.DataFrame(rows, columns=["method", "seed", "layer", "head", "gate"])
+                rows.append({"method": r["method"], "state": state, "seed": r["seed"], "layer": int(layer), "head": head,
+                             "gate": g})
+    return pd.DataFrame(rows, columns=["method", "state", "seed", "layer", "head", "gate"])
 
 
 def gate_heatmaps(df: pd.DataFrame):
@@ -125,14 +128,15 @@ def gate_heatmaps(df: pd.DataFrame):
     table = gate_table(df)
     if table.empty:
         return None
-    methods = sorted(table["method"].unique())
-    fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 3.2), squeeze=False)
-    for ax, m in zip(axes[0], methods):
-        sub = table[table["method"] == m]
+    panels = table[["method", "state"]].drop_duplicates().sort_values(["method", "state"]).values.tolist()
+    several = table.groupby("method")["state"].nunique(dropna=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
+    for ax, (m, state) in zip(axes[0], panels):
+        sub = table[(table["method"] == m) & ((table["state"] == state) | (table["state"].isna() & pd.isna(state)))]
         sub = sub[sub["seed"] == sub["seed"].min()]
         grid = sub.pivot(index="layer", columns="head", values="gate")
         sns.heatmap(grid, vmin=0, vmax=1, cmap="coolwarm", annot=True, fmt=".2f", cbar=False, ax=ax)
-        ax.set_title(m)
+        ax.set_title(m if several[m] == 1 else f"{m}, state {int(state):,}")
     fig.tight_layout()
     return fig
 

@@ -83,3 +83,26 @@ def test_length_cost_ratios_compare_equal_batches() -> None:
     row = table.iloc[0]
     assert row["ratio_of"] == "1M / 256K" and abs(row["rss_ratio"] - 1.05) < 1e-9  # not 420 / 600 (other batch)
     assert abs(row["tokens_per_s_ratio"] - 1.05) < 1e-9 and row["rss_mb_32K"] == 600.0
+
+
+def test_gate_heatmaps_draw_one_panel_per_method_and_memory_size() -> None:
+    """A method swept over its memory size has one set of gates per size (Infini over its head
+    count: 4 or 2 heads); each size gets its own panel with its own heads, never a mixed grid."""
+    import pandas as pd
+
+    from memzoo.analysis.recipes import gate_heatmaps, gate_table
+
+    rows = []
+    for state, heads in ((2176, 4), (4224, 2)):
+        for seed in (0, 1):
+            gates = {str(layer): [0.1 * (layer + 1) + 0.01 * h + 0.001 * seed for h in range(heads)] for layer in range(2)}
+            rows.append({"method": "infini-delta", "seed": seed, "footprint_measured": state, "gates_json": json.dumps(gates)})
+    df = pd.DataFrame(rows)
+    table = gate_table(df)
+    assert set(table["state"]) == {2176, 4224}
+    assert len(table) == 2 * (2 * 4 + 2 * 2)  # two seeds x (2 layers x 4 heads + 2 layers x 2 heads)
+    fig = gate_heatmaps(df)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["infini-delta, state 2,176", "infini-delta, state 4,224"]
+    first = fig.axes[0].texts  # annotated cells of the 4-head panel: first seed only
+    assert sorted(t.get_text() for t in first) == sorted(f"{0.1 * (l + 1) + 0.01 * h:.2f}" for l in range(2) for h in range(4))
