@@ -41,6 +41,11 @@ def lr_at(step: int, tc: TrainConfig | DictConfig) -> float:
     return floor + 0.5 * (tc.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
+def build_optimizer(model: MemoryModel, tc: TrainConfig | DictConfig) -> torch.optim.Optimizer:
+    """AdamW over the model's parameter groups (decay on matrices, the plugins' overrides)."""
+    return torch.optim.AdamW(model.optim_groups(tc.weight_decay, tc.lr), lr=tc.lr, betas=tuple(tc.betas))
+
+
 @dataclass
 class WindowResult:
     nll_sum: float  # nats over the masked targets
@@ -144,7 +149,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     torch.manual_seed(cfg.seed)
     model = build_model(cfg).to(device)
     net = dist.wrap(model, rank, device)  # the model itself in a plain run
-    optimizer = torch.optim.AdamW(model.optim_groups(tc.weight_decay, tc.lr), lr=tc.lr, betas=tuple(tc.betas))
+    optimizer = build_optimizer(model, tc)
     step = 0
     if resume and ckpt_path.is_file():
         ckpt = load_checkpoint(run_dir, device)
