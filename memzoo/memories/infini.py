@@ -87,9 +87,12 @@ def is_empty(z: Tensor) -> Tensor:
 
 
 def retrieve(sq: Tensor, mem: Tensor, z: Tensor) -> Tensor:
-    """σ(Q) M / (σ(Q) z). sq: [B, H, N, Dk], mem: [B, H, Dk, Dv], z: [B, H, Dk] -> [B, H, N, Dv]."""
-    num = einsum(sq, mem, "b h n k, b h k v -> b h n v")
-    den = einsum(sq, z, "b h n k, b h k -> b h n")[..., None]  # one scalar per token
+    """σ(Q) M / (σ(Q) z). sq: [B, H, N, Dk], mem: [B, H, Dk, Dv], z: [B, H, Dk] -> [B, H, N, Dv].
+
+    Numerator and denominator come from one product with [M | z] (a one-column product of its own
+    costs as much as the numerator's, and its backward more)."""
+    both = einsum(sq, torch.cat((mem, z[..., None]), dim=-1), "b h n k, b h k v -> b h n v")  # [B, H, N, Dv + 1]
+    num, den = both[..., :-1], both[..., -1:]  # den: one scalar per token
     return num / guard(den, is_empty(z)[..., None, None])
 
 
