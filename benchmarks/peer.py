@@ -5,6 +5,7 @@ fp32.
 
     python benchmarks/peer.py [--rule delta|linear] [--rounds 3] [--steps 5] [--threads 2] [--out results/bench]
     python benchmarks/peer.py --profile memzoo [--threads 1]    # where one memzoo step spends its time
+    python benchmarks/peer.py --breakdown [--steps 4]           # both sides: matmuls, attention, the rest
 
 Each side runs in its own process, one after the other, for several rounds (the order alternates
 per round, so background load hits both alike); each process warms up, then times `--steps`
@@ -141,6 +142,51 @@ def profile(side: str, rule: str, steps: int, threads: int, overrides: list[str]
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
+def matmul_flops(name: str, shapes: list[list[int]]) -> int:
+    """FLOPs of one aten::mm / addmm / bmm call from its recorded input shapes."""
+    a, b = [s for s in shapes if len(s) >= 2][-2:]
+    if name == "aten::bmm":
+        return 2 * a[0] * a[1] * a[2] * b[2]  # [G, M, K] @ [G, K, N]
+    return 2 * a[0] * a[1] * b[1]  # [M, K] @ [K, N]
+
+
+def breakdown(rule: str, steps: int, threads: int, overrides: list[str]) -> None:
+    """Both sides in this process, steps alternating, profiled: each step's self CPU time split into
+    matrix products (mm/addmm: the parameter matmuls; bmm), softmax attention (SDPA) and the rest,
+    with the matmuls' GFLOP and GFLOP/s; then the ratio memzoo would reach with no time outside them."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    torch.set_num_threads(threads)
+    steps_of = {side: make_step(side, rule, threads, overrides) for side in SIDES}
+    for step in steps_of.values():
+        step()
+    parts = {side: dict.fromkeys(("total", "mm", "mm_flop", "bmm", "bmm_flop", "sdpa"), 0.0) for side in SIDES}
+    for i in range(steps):
+        for side in SIDES if i % 2 == 0 else SIDES[::-1]:
+            with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                steps_of[side]()
+            acc = parts[side]
+            for event in prof.key_averages(group_by_input_shape=True):
+                seconds = event.self_cpu_time_total / 1e6
+                acc["total"] += seconds / steps
+                if event.key in ("aten::mm", "aten::addmm", "aten::bmm"):
+                    kind = "bmm" if event.key == "aten::bmm" else "mm"
+                    acc[kind] += seconds / steps
+                    acc[f"{kind}_flop"] += matmul_flops(event.key, event.input_shapes) * event.count / steps
+                elif "scaled_dot_product" in event.key:
+                    acc["sdpa"] += seconds / steps
+    for side, acc in parts.items():
+        rest = acc["total"] - acc["mm"] - acc["bmm"] - acc["sdpa"]
+        print(f"{side:6s} {acc['total']:.3f} s/step (profiled, {threads} threads): "
+              f"mm/addmm {acc['mm']:.3f} s ({acc['mm'] / acc['total']:.0%}, {acc['mm_flop'] / 1e9:.1f} GFLOP, "
+              f"{acc['mm_flop'] / acc['mm'] / 1e9:.1f} GFLOP/s), bmm {acc['bmm']:.3f} s ({acc['bmm_flop'] / 1e9:.1f} GFLOP), "
+              f"SDPA {acc['sdpa']:.3f} s, rest {rest:.3f} s ({rest / acc['total']:.0%})")
+    mz, port = parts["memzoo"], parts["port"]
+    print(f"ratio now {port['total'] / mz['total']:.2f}; with nothing but memzoo's matmuls and attention "
+          f"{port['total'] / (mz['mm'] + mz['bmm'] + mz['sdpa']):.2f}; with nothing but its mm/addmm "
+          f"{port['total'] / mz['mm']:.2f}")
+
+
 def run_side(side: str, args: argparse.Namespace) -> list[float]:
     """One fresh process for one side; returns its timed steps' seconds."""
     cmd = [sys.executable, __file__, "--worker", side, "--rule", args.rule, "--steps", str(args.steps),
@@ -162,6 +208,8 @@ def main() -> None:
                     help="an override of memzoo's config (e.g. --set memory.vectorized=false)")
     ap.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     ap.add_argument("--profile", choices=SIDES, help="profile this side's step in this process instead")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="both sides in this process, profiled: time in matmuls, attention and the rest")
     ap.add_argument("--rows", type=int, default=30, help="--profile: rows of the table")
     args = ap.parse_args()
     for name in ("rounds", "steps", "threads"):
@@ -173,6 +221,10 @@ def main() -> None:
         return worker(args.worker, args.rule, args.steps, args.warmup, args.threads, args.set)
     if args.profile:
         return profile(args.profile, args.rule, args.steps, args.threads, args.set, args.rows)
+    if args.breakdown:
+        if not port_installed():
+            raise SystemExit("--breakdown compares with the port: pip install infini-transformer-pytorch==0.2.1")
+        return breakdown(args.rule, args.steps, args.threads, args.set)
 
     sides = list(SIDES) if port_installed() else ["memzoo"]
     if len(sides) == 1:
