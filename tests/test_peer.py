@@ -39,3 +39,12 @@ def test_memzoo_side_trains_what_memzoo_train_does(tmp_path, rule):
         moved += int(not torch.equal(before[key], value))
     assert moved > 0  # the step changed the weights (the comparison is not of two untouched models)
     assert cfg.train.bptt_segments == 2 and cfg.model.segment_len == 16
+
+
+def test_matmul_flops_counts_what_the_profiler_records() -> None:
+    """--breakdown's GFLOP: 2 M K N per product, from the shapes the profiler records for mm, for
+    addmm (bias first, scalars last) and for bmm (times the batch)."""
+    peer = load_peer()
+    assert peer.matmul_flops("aten::mm", [[2048, 256], [256, 1024]]) == 2 * 2048 * 256 * 1024
+    assert peer.matmul_flops("aten::addmm", [[1364], [1024, 256], [256, 1364], [], []]) == 2 * 1024 * 256 * 1364
+    assert peer.matmul_flops("aten::bmm", [[16, 256, 64], [16, 64, 1]]) == 2 * 16 * 256 * 64
