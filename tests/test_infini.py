@@ -171,6 +171,24 @@ def test_sigma_is_exact_positive_and_its_gradient_finite() -> None:
     assert float(grad[6]) == 1.0  # at x = 0 the two pieces agree
 
 
+def test_sigma_backward_is_autograd_of_its_formula() -> None:
+    """The hand-written backward (grad * min(σ, 1)) against autograd through the plain formula
+    where(x > 0, x + 1, exp(min(x, 0))): bitwise in float32 on random and boundary inputs, and
+    torch's numerical gradcheck in float64."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.cat((torch.randn(4000, generator=g) * 5, torch.tensor([0.0, -0.0, 1e-8, -1e-8, 88.0, -150.0])))
+    fast, naive = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    y_fast = sigma(fast)
+    y_naive = torch.where(naive > 0, naive + 1.0, torch.exp(torch.clamp(naive, max=0.0)))
+    assert torch.equal(y_fast, y_naive)
+    w = torch.randn(x.shape, generator=g)
+    (g_fast,) = torch.autograd.grad((y_fast * w).sum(), fast)
+    (g_naive,) = torch.autograd.grad((y_naive * w).sum(), naive)
+    assert torch.equal(g_fast, g_naive)
+    x64 = (torch.randn(64, generator=g, dtype=torch.float64) * 3).requires_grad_(True)
+    assert torch.autograd.gradcheck(sigma, (x64,))
+
+
 def far_negative_inputs(where: str, value: float, segments: slice = slice(1, None)):
     """inputs() with token 2 of the given segments (default 1 and 2) of both rows set to `value` in every
     coordinate: its query (where='q') or its key (where='k'); noise 0.1 keeps the coordinates distinct."""

@@ -55,6 +55,12 @@ class LayerInputs:
     def segment(self, s: int) -> "SegmentInputs":
         return SegmentInputs(self.h[:, s], self.q[:, s], self.k[:, s], self.v[:, s], self.attend, self.project_kv)
 
+    def segments(self) -> list["SegmentInputs"]:
+        """All S segments in order. By unbind: in backward, S indexings `[:, s]` would each write a
+        zero tensor of all S segments; unbind stacks the S gradients once."""
+        parts = zip(*(t.unbind(1) for t in (self.h, self.q, self.k, self.v)))
+        return [SegmentInputs(h, q, k, v, self.attend, self.project_kv) for h, q, k, v in parts]
+
 
 @dataclass
 class SegmentInputs:
@@ -143,9 +149,9 @@ class LayerMemory(_Memory):
         vectorise across segments override it (and keep `segment` as the readable form).
         """
         outs, aux = [], zero_loss(x.q)
-        for s in range(x.q.shape[1]):
-            state = self.reset_rows(state, x.reset[:, s])
-            out, state, seg_aux = self.segment(x.segment(s), state)
+        for seg, reset in zip(x.segments(), x.reset.unbind(1)):
+            state = self.reset_rows(state, reset)
+            out, state, seg_aux = self.segment(seg, state)
             outs.append(out)
             aux = aux + seg_aux
         return torch.stack(outs, dim=1), state, aux

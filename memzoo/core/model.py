@@ -74,8 +74,10 @@ class MemoryAttention(nn.Module):
     def forward(self, h: Tensor, reset: Tensor, state: State, mask: Optional[Tensor] = None) -> tuple[Tensor, State, Tensor]:
         """h: [B, S, N, d_model] (normed); mask: [N, N] within-segment attention mask, None = causal.
         Returns ([B, S, N, d_model], state, aux)."""
-        # Heads are split with a transpose (never a bare view, which mixes positions into heads).
-        q, k, v = rearrange(self.qkv(h), "b s n (three h d) -> three b s h n d", three=3, h=self.n_heads)
+        # Heads are split with a transpose (never a bare view, which mixes positions into heads), into
+        # one contiguous [3, B, S, H, N, D] block: every later op (RoPE, σ, SDPA, the memory's
+        # einsums) then reads contiguous rows instead of strided ones (a copy here, cheaper than theirs).
+        q, k, v = rearrange(self.qkv(h), "b s n (three h d) -> three b s h n d", three=3, h=self.n_heads).contiguous()
         attend = self.attend if mask is None else self.attend.with_segment_mask(mask)
         inputs = LayerInputs(h, q, k, v, reset, attend, self.project_kv)
         heads, state, aux = self.memory(inputs, state)  # [B, S, H, N, D]

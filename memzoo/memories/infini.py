@@ -27,10 +27,12 @@ exceeds it (for z of order 1: any query coordinate above about −69).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from einops import einsum
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from memzoo.core.config import ModelConfig
 from memzoo.core.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
@@ -59,7 +61,24 @@ def sigma(x: Tensor) -> Tensor:
     exp of min(x, 0), so the unused branch never overflows (an inf there would make inf * 0 = NaN
     in backward). The gradient is 1 for x > 0 and exp(x) for x <= 0 (1 at x = 0 from both sides).
     """
-    return torch.where(x > 0, x + 1.0, torch.exp(torch.clamp(x, max=0.0)))
+    return Sigma.apply(x)
+
+
+class Sigma(torch.autograd.Function):
+    """σ with its derivative written out: dσ/dx = min(σ(x), 1) (1 where x > 0, σ = exp(x) elsewhere),
+    so backward is one product with the saved output instead of autograd's where/exp/clamp chain."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        y = torch.exp(torch.clamp(x, max=0.0)) + torch.clamp(x, min=0.0)  # exp(0) + x = x + 1 where x > 0
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (y,) = ctx.saved_tensors
+        return grad * y.clamp(max=1.0)
 
 
 def is_empty(z: Tensor) -> Tensor:
@@ -68,9 +87,12 @@ def is_empty(z: Tensor) -> Tensor:
 
 
 def retrieve(sq: Tensor, mem: Tensor, z: Tensor) -> Tensor:
-    """σ(Q) M / (σ(Q) z). sq: [B, H, N, Dk], mem: [B, H, Dk, Dv], z: [B, H, Dk] -> [B, H, N, Dv]."""
-    num = einsum(sq, mem, "b h n k, b h k v -> b h n v")
-    den = einsum(sq, z, "b h n k, b h k -> b h n")[..., None]  # one scalar per token
+    """σ(Q) M / (σ(Q) z). sq: [B, H, N, Dk], mem: [B, H, Dk, Dv], z: [B, H, Dk] -> [B, H, N, Dv].
+
+    Numerator and denominator come from one product with [M | z] (a one-column product of its own
+    costs as much as the numerator's, and its backward more)."""
+    both = einsum(sq, torch.cat((mem, z[..., None]), dim=-1), "b h n k, b h k v -> b h n v")  # [B, H, N, Dv + 1]
+    num, den = both[..., :-1], both[..., -1:]  # den: one scalar per token
     return num / guard(den, is_empty(z)[..., None, None])
 
 
@@ -141,12 +163,13 @@ class InfiniAttention(LayerMemory):
         """Retrieve then update, one segment at a time (the paper's recurrence)."""
         update = update_delta if self.cfg.rule == "delta" else update_linear
         reads, empties = [], []
-        for s in range(sq.shape[1]):
-            state = self.reset_rows(state, reset[:, s])
+        # unbind, not [:, s]: each index's backward would write a zero tensor of all S segments
+        for sq_s, sk_s, v_s, reset_s in zip(sq.unbind(1), sk.unbind(1), v.unbind(1), reset.unbind(1)):
+            state = self.reset_rows(state, reset_s)
             mem, z = state["M"], state["z"]
-            reads.append(retrieve(sq[:, s], mem, z))  # from M_{s-1}: before the update
+            reads.append(retrieve(sq_s, mem, z))  # from M_{s-1}: before the update
             empties.append(is_empty(z))
-            mem, z = update(mem, z, sk[:, s], v[:, s])
+            mem, z = update(mem, z, sk_s, v_s)
             state = {"M": mem, "z": z}
         return torch.stack(reads, 1), torch.stack(empties, 1), state
 

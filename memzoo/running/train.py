@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from memzoo.core.config import TrainConfig, to_yaml
 from memzoo.core.losses import LN2
+from memzoo.core.model import MemoryModel
 from memzoo.data.corpus import Batch, WindowSampler, load_documents, split_documents
 from memzoo.data.tasks import TaskSampler
 from memzoo.running import distributed as dist
@@ -37,6 +38,11 @@ def lr_at(step: int, tc: TrainConfig | DictConfig) -> float:
     progress = (step - tc.warmup_steps) / max(1, tc.steps - tc.warmup_steps)
     floor = tc.lr * tc.min_lr_ratio
     return floor + 0.5 * (tc.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def build_optimizer(model: MemoryModel, tc: TrainConfig | DictConfig) -> torch.optim.Optimizer:
+    """AdamW over the model's parameter groups (decay on matrices, the plugins' overrides)."""
+    return torch.optim.AdamW(model.optim_groups(tc.weight_decay, tc.lr), lr=tc.lr, betas=tuple(tc.betas))
 
 
 def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
@@ -95,7 +101,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     torch.manual_seed(cfg.seed)
     model = build_model(cfg).to(device)
     net = dist.wrap(model, rank, device)  # the model itself in a plain run
-    optimizer = torch.optim.AdamW(model.optim_groups(tc.weight_decay, tc.lr), lr=tc.lr, betas=tuple(tc.betas))
+    optimizer = build_optimizer(model, tc)
     step = 0
     if resume and ckpt_path.is_file():
         ckpt = load_checkpoint(run_dir, device)

@@ -1,0 +1,50 @@
+"""benchmarks/peer.py: memzoo's side is `memzoo train`'s step, not a loop of its own."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from memzoo.running.configure import build_model
+from memzoo.running.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16",
+        "train.window_segments=4", "train.batch_size=2", "data.max_docs=20"]
+
+
+def load_peer():
+    spec = importlib.util.spec_from_file_location("peer", ROOT / "benchmarks" / "peer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("rule", ["delta", "linear"])
+def test_memzoo_side_trains_what_memzoo_train_does(tmp_path, rule):
+    """One step of the benchmark's memzoo side leaves the weights `train` leaves after its first step."""
+    peer = load_peer()
+    step, model = peer.memzoo_step(rule, threads=1, overrides=TINY)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    step()
+    cfg = peer.memzoo_config(rule, 1, [*TINY, "train.steps=1", f"out_dir={tmp_path}", "name=one"])
+    run = train(cfg, evaluate_at_end=False, progress=False)
+    trained = build_model(cfg)
+    trained.load_state_dict(torch.load(run / "checkpoint.pt", weights_only=True)["model"])
+    moved = 0
+    for key, value in trained.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key  # the same ops in the same order: bitwise
+        moved += int(not torch.equal(before[key], value))
+    assert moved > 0  # the step changed the weights (the comparison is not of two untouched models)
+    assert cfg.train.bptt_segments == 2 and cfg.model.segment_len == 16
+
+
+def test_matmul_flops_counts_what_the_profiler_records() -> None:
+    """--breakdown's GFLOP: 2 M K N per product, from the shapes the profiler records for mm, for
+    addmm (bias first, scalars last) and for bmm (times the batch)."""
+    peer = load_peer()
+    assert peer.matmul_flops("aten::mm", [[2048, 256], [256, 1024]]) == 2 * 2048 * 256 * 1024
+    assert peer.matmul_flops("aten::addmm", [[1364], [1024, 256], [256, 1364], [], []]) == 2 * 1024 * 256 * 1364
+    assert peer.matmul_flops("aten::bmm", [[16, 256, 64], [16, 64, 1]]) == 2 * 16 * 256 * 64
