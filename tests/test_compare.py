@@ -250,7 +250,9 @@ def test_shipped_suites_expand(name: str) -> None:
     others = sorted(set(registered()) - in_tree)  # plugins other tests registered in this process
     suite = load_suite(name, [f"exclude=[{','.join(others)}]"] if others else [])
     specs = expand(suite)
-    assert {s.method for s in specs} == in_tree
+    # capacity runs every method but infini-linear, the same model as infini-delta at its G = 1
+    expected = in_tree - {"infini-linear"} if name == "capacity" else in_tree
+    assert {s.method for s in specs} == expected
     stages = longrange_configs(suite)
     if name.startswith("longrange"):
         assert all(s.pretrain is not None and s.cfg.task.name == "passkey" for s in specs)
