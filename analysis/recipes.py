@@ -128,11 +128,10 @@ def gate_heatmaps(df: pd.DataFrame):
     table = gate_table(df)
     if table.empty:
         return None
-    panels = table[["method", "state"]].drop_duplicates().sort_values(["method", "state"]).values.tolist()
+    panels = list(table.groupby(["method", "state"], dropna=False, sort=True))
     several = table.groupby("method")["state"].nunique(dropna=False)
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
-    for ax, (m, state) in zip(axes[0], panels):
-        sub = table[(table["method"] == m) & ((table["state"] == state) | (table["state"].isna() & pd.isna(state)))]
+    for ax, ((m, state), sub) in zip(axes[0], panels):
         sub = sub[sub["seed"] == sub["seed"].min()]
         grid = sub.pivot(index="layer", columns="head", values="gate")
         sns.heatmap(grid, vmin=0, vmax=1, cmap="coolwarm", annot=True, fmt=".2f", cbar=False, ax=ax)

@@ -222,7 +222,7 @@ def segment_recall_batch(gen: torch.Generator, batch_size: int, segment_len: int
         return torch.stack((keys.gather(1, idx), values.gather(1, idx)), 2).flatten(1)
 
     length = (gap_segments + 1) * segment_len
-    tokens = torch.tensor(list(_filler(length)), dtype=torch.long).expand(b, length).clone()  # [B, L]
+    tokens = torch.frombuffer(bytearray(_filler(length)), dtype=torch.uint8).long().expand(b, length).clone()  # [B, L]
     head = torch.cat((interleave(torch.arange(pairs).expand(b, pairs)), interleave(local)), 1)
     tokens[:, : head.shape[1]] = head
     start = gap_segments * segment_len
@@ -325,27 +325,22 @@ class TaskSampler:
 
     def example(self, gen: torch.Generator, length: int) -> tuple[bytes, list[int]]:
         """(sequence bytes, positions whose next byte is an answer byte)."""
-        if self.task.name == "passkey" and self.task.key_segments_back:
-            back = list(self.task.key_segments_back)
-            k = back[int(torch.randint(len(back), (1,), generator=gen))]
-            p = passkey_prompt_back(length, k, random_key(gen, self.task.key_digits), self.n, gen)
-            seq = p.prompt + p.answer
-            return seq, list(range(len(p.prompt) - 1, len(seq) - 1))
         if self.task.name == "passkey":
-            depth = float(torch.rand((), generator=gen))
-            p = passkey_prompt(length, depth, random_key(gen, self.task.key_digits))
+            if self.task.key_segments_back:
+                back = list(self.task.key_segments_back)
+                k = back[int(torch.randint(len(back), (1,), generator=gen))]
+                p = passkey_prompt_back(length, k, random_key(gen, self.task.key_digits), self.n, gen)
+            else:
+                depth = float(torch.rand((), generator=gen))
+                p = passkey_prompt(length, depth, random_key(gen, self.task.key_digits))
             seq = p.prompt + p.answer
             return seq, list(range(len(p.prompt) - 1, len(seq) - 1))
-        if self.task.gap_segments:
-            t = self.task
-            seg = segment_recall_example(gen, self.n, t.pairs, t.queries, t.gap_segments, t.local_queries, t.alphabet)
-            return seg.tokens, seg.answer_positions
         ex = recall_example(gen, length, self.task.pairs, self.task.queries)
         return ex.tokens, ex.answer_positions
 
     def sample(self, step: int, batch_size: int) -> Batch:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        if self.task.name == "recall" and self.task.gap_segments:
+        if self._recall_args is not None:  # recall across segments: built as one batch of tensors
             return self._segment_recall(gen, batch_size)
         lengths = list(self.task.lengths)
         length = lengths[int(torch.randint(len(lengths), (1,), generator=gen))]

@@ -1,7 +1,7 @@
 """Recall generalisation: a model trained on the capacity suite's recall across segments
 (`task.gap_segments` >= 1) streamed with its pairs `length` bytes before its queries.
 
-The layout is the run's own training layout (memzoo.data.tasks.segment_recall_example: its pairs,
+The layout is the run's own training layout (memzoo.data.tasks.segment_recall_batch: its pairs,
 local queries and alphabet open segment 0, the queries open the query segment) with
 length // segment_len segments between them, filler in between. Scored as the capacity suite
 scores: teacher-forced argmax at each key's first query; `chance` is guessing among the stored
@@ -16,7 +16,7 @@ import torch
 
 from memzoo.running.generate import StreamingDecoder
 from memzoo.core.model import MemoryModel
-from memzoo.data.tasks import check_segment_recall, recall_chance, segment_recall_example
+from memzoo.data.tasks import check_segment_recall, recall_chance, segment_recall_batch
 
 
 def training_layout(task: Any) -> dict[str, int]:
@@ -38,9 +38,10 @@ def segment_recall_length(model: MemoryModel, length: int, cfg: Any, task: Any, 
     gap = max(1, length // n)
     check_segment_recall(n, layout["pairs"], layout["queries"], gap, layout["local_queries"], layout["alphabet"])
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + length)
-    examples = [segment_recall_example(gen, n, layout["pairs"], layout["queries"], gap, layout["local_queries"],
-                                       layout["alphabet"]) for _ in range(cfg.trials)]
-    data = torch.stack([torch.frombuffer(bytearray(e.tokens), dtype=torch.uint8) for e in examples])  # [B, (gap+1) N]
+    batch = segment_recall_batch(gen, cfg.trials, n, layout["pairs"], layout["queries"], gap, layout["local_queries"],
+                                 layout["alphabet"])
+    examples = [batch.example(row) for row in range(cfg.trials)]
+    data = batch.tokens.to(torch.uint8)  # [B, (gap+1) N]: one byte per token on long streams
     decoder = StreamingDecoder(model, data.shape[0], cfg.segments_per_call, precision)
     if cfg.reset_after_key:
         decoder.reset_at = torch.ones(data.shape[0], dtype=torch.long)  # right after the pairs' segment
