@@ -38,10 +38,20 @@ class ModelConfig:
     # defaults (Linear kaiming-uniform, Embedding N(0, 1)), with which tiny models trained from scratch
     # learn associative recall (the capacity suite; README "Which memory recalls the most ...").
     init: str = "small"
+    # Head width D (even: RoPE rotates pairs). None: d_model // n_heads (the usual tie). Set, it frees
+    # the head width from the head count: W_Q,K,V map d_model -> n_heads x head_dim = d_inner and W_O
+    # maps d_inner back, so a per-head state (Infini's D x (D + 1)) grows at a fixed number of heads.
+    head_dim: Optional[int] = None
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        """D, the width of one head: head_dim when set, else d_model // n_heads."""
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    @property
+    def d_inner(self) -> int:
+        """H x D, the width of the concatenated heads (= d_model unless head_dim is set)."""
+        return self.n_heads * self.d_head
 
 
 @dataclass

@@ -65,8 +65,9 @@ class MemoryAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, memory: LayerMemory, attend: LocalAttention):
         super().__init__()
         self.n_heads = cfg.n_heads
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)  # W_O
+        self.d_inner = cfg.d_inner  # H x D (= d_model unless model.head_dim is set)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_inner, bias=False)  # W_Q, W_K, W_V: d_model -> 3 x H x D
+        self.proj = nn.Linear(cfg.d_inner, cfg.d_model, bias=False)  # W_O: H x D -> d_model
         self.memory = memory
         self.attend = attend
         self.drop = nn.Dropout(cfg.dropout)
@@ -90,8 +91,7 @@ class MemoryAttention(nn.Module):
         fixed_weights: W_K, W_V act as constants (gradient reaches h only), for auxiliary losses that
         must train something upstream of the projection without training the projection itself.
         """
-        d = h.shape[-1]
-        weight = self.qkv.weight[d:]  # rows d: are W_K then W_V
+        weight = self.qkv.weight[self.d_inner :]  # [2 x H x D, d_model]: rows d_inner: are W_K then W_V
         kv = F.linear(h, weight.detach() if fixed_weights else weight)
         k, v = rearrange(kv, "b m (two h d) -> two b h m d", two=2, h=self.n_heads)
         return k, v

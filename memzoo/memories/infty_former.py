@@ -233,8 +233,8 @@ class InftyFormer(LayerMemory):
         self.w_mu = nn.Parameter(torch.empty(cfg.n_basis).uniform_(-bound, bound))  # w_μ [N]
         self.w_sigma = nn.Parameter(torch.empty(cfg.n_basis).uniform_(-bound, bound))  # w_σ [N]
         if cfg.kv_weights == "own":
-            self.w_k = nn.Linear(model.d_model, model.d_model, bias=False)  # W_K (all heads)
-            self.w_v = nn.Linear(model.d_model, model.d_model, bias=False)  # W_V (all heads)
+            self.w_k = nn.Linear(model.d_model, model.d_inner, bias=False)  # W_K (all heads): d_model -> H x D
+            self.w_v = nn.Linear(model.d_model, model.d_inner, bias=False)  # W_V (all heads): d_model -> H x D
             for lin in (self.w_k, self.w_v):
                 nn.init.normal_(lin.weight, 0.0, 0.02)
         self._operators: dict[tuple[int, str], tuple[Tensor, Tensor, Tensor]] = {}

@@ -7,7 +7,7 @@ or a wrong type is an error that names it, wherever it appears.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -31,6 +31,20 @@ def memory_config(name: str, options: Any) -> Any:
     return OmegaConf.to_object(merged)
 
 
+def check_head_width(d_model: int, n_heads: int, head_dim: Optional[int]) -> None:
+    """The head width D must be a positive even integer (RoPE rotates pairs): model.head_dim, or
+    d_model // n_heads when head_dim is unset, in which case n_heads must divide d_model."""
+    if head_dim is None:
+        if d_model % n_heads or (d_model // n_heads) % 2:
+            raise ConfigError(
+                f"model.d_model={d_model} must be divisible by model.n_heads={n_heads} into an even head width "
+                "(RoPE rotates pairs), or set model.head_dim"
+            )
+        return
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1 or head_dim % 2:
+        raise ConfigError(f"model.head_dim={head_dim!r}; expected a positive even integer (RoPE rotates pairs) or null")
+
+
 def resolve(cfg: DictConfig) -> DictConfig:
     """Check the memory section against its plugin and derived constraints; returns the full config."""
     name = cfg.memory.get("name") if isinstance(cfg.memory, DictConfig) else None
@@ -45,10 +59,7 @@ def resolve(cfg: DictConfig) -> DictConfig:
     for key in ("vocab_size", "d_model", "n_layers", "n_heads", "segment_len"):
         if m[key] < 1:
             raise ConfigError(f"model.{key}={m[key]}; expected a positive integer")
-    if m.d_model % m.n_heads or (m.d_model // m.n_heads) % 2:
-        raise ConfigError(
-            f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads} into an even head width (RoPE rotates pairs)"
-        )
+    check_head_width(m.d_model, m.n_heads, m.get("head_dim"))
     for key in ("valid_fraction", "test_fraction"):
         if not 0 <= cfg.data[key] < 1:
             raise ConfigError(f"data.{key}={cfg.data[key]}; expected a fraction in [0, 1)")

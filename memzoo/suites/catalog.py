@@ -1,8 +1,9 @@
 """The catalogue: one YAML card per method in registry/, with the paper's facts.
 
 A card's `footprint_formula` is an arithmetic expression in config symbols (model fields such as
-d_head, n_heads, n_layers, d_model, segment_len; `input_len`; and the method's own options, with
-the card's `defaults` filling any the method does not define). It states the paper's Table-1
+d_head (model.head_dim when set), d_inner (= n_heads x d_head), n_heads, n_layers, d_model,
+segment_len; `input_len`; and the method's own options, with the card's `defaults` filling any the
+method does not define). It states the paper's Table-1
 count; the plugin's `footprint()` computes its own, and a test holds the two together.
 """
 from __future__ import annotations
@@ -77,7 +78,7 @@ def evaluate_formula(expr: str, symbols: dict[str, Any]) -> float:
 def formula_symbols(model: ModelConfig, memory_cfg: Any, input_len: int, card: Optional[Card] = None) -> dict[str, Any]:
     symbols: dict[str, Any] = dict(card.defaults) if card else {}
     symbols.update({f.name: getattr(model, f.name) for f in dataclasses.fields(model)})
-    symbols.update(d_head=model.d_head, d_key=model.d_head, d_value=model.d_head, input_len=input_len)
+    symbols.update(d_head=model.d_head, d_key=model.d_head, d_value=model.d_head, d_inner=model.d_inner, input_len=input_len)
     options = dataclasses.asdict(memory_cfg) if dataclasses.is_dataclass(memory_cfg) else dict(memory_cfg or {})
     symbols.update({k: v for k, v in options.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
     # An option left at None means "unbounded" (e.g. full's max_len): infinity, so min() ignores it.
