@@ -184,10 +184,14 @@ def test_sweep_and_dotted_grid_keys_set_run_config_values(tmp_path: Path) -> Non
 
     specs = expand(load_suite("capacity", ["methods=[local,infini-delta]", "sweep={train.lr: [0.001, 0.01]}",
                                            "seeds=[0]"]))
-    assert sorted((s.method, s.cfg.model.n_heads, s.cfg.train.lr) for s in specs) == [
-        ("infini-delta", 2, 0.001), ("infini-delta", 2, 0.01), ("infini-delta", 4, 0.001), ("infini-delta", 4, 0.01),
-        ("local", 4, 0.001), ("local", 4, 0.01)]
-    assert all("model.n_heads" not in s.cfg.memory for s in specs)
+    def head_width(m) -> int:  # d_head: model.head_dim, else d_model // n_heads
+        return m.head_dim or m.d_model // m.n_heads
+
+    assert sorted((s.method, head_width(s.cfg.model), s.cfg.train.lr) for s in specs) == [
+        ("infini-delta", 16, 0.001), ("infini-delta", 16, 0.01), ("infini-delta", 32, 0.001), ("infini-delta", 32, 0.01),
+        ("local", 16, 0.001), ("local", 16, 0.01)]
+    assert all(s.cfg.model.n_heads == 4 for s in specs)  # the head width grows, not the head count
+    assert all("model.head_dim" not in s.cfg.memory for s in specs)
     assert {s.name for s in specs if s.method == "local"} == {"local-lr0.001-s0", "local-lr0.01-s0"}
     with pytest.raises(ConfigError, match="'train.lrr' is not a run-config key"):
         expand(load_suite("capacity", ["methods=[local]", "sweep={train.lrr: [0.001]}"]))
