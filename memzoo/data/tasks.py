@@ -86,12 +86,16 @@ def key_last_byte(key_digits: int) -> int:
     return sentence.rindex("0" * key_digits) + key_digits - 1
 
 
+def key_segment(prompt: PasskeyPrompt, segment_len: int) -> int:
+    """The segment (counted from the prompt's first byte) holding the key's last digit."""
+    return (prompt.key_start + key_last_byte(len(prompt.key))) // segment_len
+
+
 def key_segments_back(prompt: PasskeyPrompt, segment_len: int) -> int:
     """How many segments before the question's segment (that of the prompt's last byte) the key's
     last digit lies, segments counted from the prompt's first byte: 0 = the same segment (local
     attention sees it), k >= 1 = only a memory carried across k segment boundaries can."""
-    question = (len(prompt.prompt) - 1) // segment_len
-    return question - (prompt.key_start + key_last_byte(len(prompt.key))) // segment_len
+    return (len(prompt.prompt) - 1) // segment_len - key_segment(prompt, segment_len)
 
 
 def _splits_back(length: int, segments_back: int, key_digits: int, segment_len: int) -> list[int]:

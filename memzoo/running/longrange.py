@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from memzoo.core.model import MemoryModel
-from memzoo.data.tasks import (bytes_to_tensor, key_last_byte, key_segments_back, passkey_fixed_bytes, passkey_prompt,
+from memzoo.data.tasks import (bytes_to_tensor, key_segment, key_segments_back, passkey_fixed_bytes, passkey_prompt,
                                random_key, recall_example, score_passkey)
 from memzoo.running.evaluate import peak_rss_mb
 from memzoo.running.generate import StreamingDecoder
@@ -103,10 +103,10 @@ class LongRangeConfig:
 
     def settings(self) -> dict[str, Any]:
         """The options that change results (rows with other settings are not reused)."""
-        keys = ("trials", "seed", "key_digits") if self.task == "passkey" else ("trials", "seed", "pairs", "queries")
         if self.layout == "training":  # the pairs and queries are the run's own
-            return {"trials": self.trials, "seed": self.seed, "layout": "training"} | (
-                {"reset_after_key": True} if self.reset_after_key else {})
+            keys = ("trials", "seed", "layout")
+        else:
+            keys = ("trials", "seed", "key_digits") if self.task == "passkey" else ("trials", "seed", "pairs", "queries")
         # reset_after_key only where set: rows measured before the option existed stay reusable
         return {k: getattr(self, k) for k in keys} | ({"reset_after_key": True} if self.reset_after_key else {})
 
@@ -180,12 +180,12 @@ def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precis
     keys = [p.key for p in prompts]
     n = model.cfg.segment_len
     back = [key_segments_back(p, n) for p in prompts]  # the key's segment, counted back from the question's
-    key_segment = [(p.key_start + key_last_byte(len(p.key))) // n for p in prompts]
+    key_at = [key_segment(p, n) for p in prompts]  # the key's segment, counted from the prompt's start
     del prompts  # only `data` (B x L bytes) stays alive while streaming
     device = next(model.parameters()).device
     decoder = StreamingDecoder(model, len(keys), cfg.segments_per_call, precision)
     if cfg.reset_after_key:  # the state forgets everything up to the key's segment (not a key in the question's)
-        decoder.reset_at = torch.tensor([s + 1 if k > 0 else -1 for s, k in zip(key_segment, back)])
+        decoder.reset_at = torch.tensor([s + 1 if k > 0 else -1 for s, k in zip(key_at, back)])
     meter = _Meter(cfg)
     base = {"task": "passkey", "length": length, "tokens": data.shape[1], "rows_in_batch": len(keys),
             **cfg.settings(), **cfg.budget()}

@@ -56,14 +56,14 @@ def mixed_window(model: MemoryModel, task: Batch, corpus: Batch, fraction: float
         raise ValueError(f"the corpus batch {list(corpus.tokens.shape)} must have the task batch's shape "
                          f"{list(task.tokens.shape)}")
     device = task.tokens.device
-    parts = []  # (batch, weight, denominator, align_end)
+    parts = []  # (name, batch, weight, denominator, align_end)
     if fraction < 1.0:
-        parts.append((task, 1.0 - fraction, task_denominator, True))
+        parts.append(("task", task, 1.0 - fraction, task_denominator, True))
     if fraction > 0.0:
-        parts.append((corpus, fraction, corpus_denominator, False))
+        parts.append(("lm", corpus, fraction, corpus_denominator, False))
     out = {"task": (0.0, 0), "lm": (0.0, 0)}  # a part not computed counts no targets
     aux = 0.0
-    for i, (batch, weight, denominator, align_end) in enumerate(parts):
+    for i, (name, batch, weight, denominator, align_end) in enumerate(parts):
         total = denominator if denominator is not None else float(batch.mask.sum().clamp(min=1))
         last = i == len(parts) - 1
 
@@ -76,7 +76,7 @@ def mixed_window(model: MemoryModel, task: Batch, corpus: Batch, fraction: float
         res = train_window(model, batch, bptt_segments, aux_weight * weight, precision,
                            state=_initial_state(model, batch.tokens.shape[0], device), align_end=align_end,
                            denominator=total / weight, block_context=sync)
-        out["task" if align_end else "lm"] = (res.nll_sum, res.tokens)
+        out[name] = (res.nll_sum, res.tokens)
         aux += weight * res.aux
     return MixedResult(out["task"][0], out["task"][1], out["lm"][0], out["lm"][1], aux)
 

@@ -309,7 +309,6 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
     to run_dir/progress.json."""
     import torch
 
-    from memzoo.running.configure import load_config as _load
     from memzoo.running.longrange import LongRangeConfig, evaluate_longrange
     from memzoo.running.train import train
 
