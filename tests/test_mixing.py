@@ -75,3 +75,28 @@ def test_lm_fraction_is_checked_and_logged(tmp_path) -> None:
     run = train(cfg, progress=False)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all(2 < r["lm_bpb"] < 9 and r["train_bpb"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5])
+def test_the_answer_loss_is_measured_apart_whatever_the_loss_trains(setup, fraction: float) -> None:
+    """Under task.loss=all the answer bytes' loss is still measured alone: it equals the task loss
+    of the same batch under loss=answer (the answer loss curve stays comparable across recipes)."""
+    model, _, corpus = setup
+    cfg = load_config("infini-linear", TINY)
+    answer_only = TaskSampler(cfg.task, 64, 0).sample(3, 2)
+    cfg.task.loss = "all"
+    every_byte = TaskSampler(cfg.task, 64, 0).sample(3, 2)
+    assert torch.equal(every_byte.tokens, answer_only.tokens) and torch.equal(every_byte.answer, answer_only.mask)
+    assert every_byte.mask.sum() > 10 * every_byte.answer.sum()  # the loss trains on every byte
+
+    m = copy.deepcopy(model)
+    ref = train_window(m, answer_only, 5)
+    if fraction:
+        got = mixed_window(copy.deepcopy(model), every_byte, corpus, fraction, 5)
+        nll, n = got.answer_nll, got.answer_tokens
+    else:
+        got = train_window(copy.deepcopy(model), every_byte, 5)
+        nll, n = got.answer_nll, got.answer_tokens
+    assert n == ref.tokens == ref.answer_tokens
+    assert nll == pytest.approx(ref.nll_sum, rel=1e-5)
+    assert got.answer_nll < (got.task_nll if fraction else got.nll_sum)  # the answer is a part of the whole

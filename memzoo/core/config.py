@@ -104,6 +104,10 @@ class TaskConfig:
 
     name: str = "lm"  # lm | passkey | recall
     init_from: Optional[str] = None  # a run folder whose trained weights to start from
+    # True: take only the backbone's weights from init_from (e.g. one pretrained `local` transformer
+    # shared by every method) and leave this memory's own parameters at their initialisation: a
+    # memory added to a pretrained transformer, as the Infini-attention and RMT papers do
+    init_backbone_only: bool = False
     lengths: list[int] = field(default_factory=lambda: [1024, 2048])  # example bytes; one drawn per step
     loss: str = "answer"  # answer: loss on the answer bytes only | all: on every byte
     key_digits: int = 5  # passkey: digits of the key

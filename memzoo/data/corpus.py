@@ -36,15 +36,23 @@ class Batch:
     mask: Tensor  # [B, S, N] bool: position has a real target
     reset: Tensor  # [B, S] bool: row starts a new document at this segment
     seg_index: Tensor  # [B, S] int64: segment index within its document (-1 for empty rows)
+    # [B, S, N] bool: a task's answer targets, whatever `mask` trains on (its answer loss is logged
+    # apart, e.g. under task.loss=all); None: an LM batch, no answer
+    answer: Optional[Tensor] = None
 
     def to(self, device: torch.device) -> "Batch":
-        return Batch(*(t.to(device) for t in (self.tokens, self.targets, self.mask, self.reset, self.seg_index)))
+        return self.map(lambda t: t.to(device))
 
     def segments(self, start: int, stop: int) -> "Batch":
-        return Batch(
-            self.tokens[:, start:stop], self.targets[:, start:stop], self.mask[:, start:stop],
-            self.reset[:, start:stop], self.seg_index[:, start:stop],
-        )
+        return self.map(lambda t: t[:, start:stop])
+
+    def rows(self, lo: int, hi: int) -> "Batch":
+        return self.map(lambda t: t[lo:hi])
+
+    def map(self, fn) -> "Batch":
+        """The batch with `fn` applied to every tensor (rows or segments sliced, moved to a device)."""
+        return Batch(fn(self.tokens), fn(self.targets), fn(self.mask), fn(self.reset), fn(self.seg_index),
+                     None if self.answer is None else fn(self.answer))
 
 
 def stdlib_root() -> Path:

@@ -286,6 +286,8 @@ def check_task(task, segment_len: int | None = None) -> None:
         raise ValueError(f"task.lengths={list(task.lengths or [])}; expected a non-empty list of positive lengths")
     if not 1 <= task.key_digits <= 18:
         raise ValueError(f"task.key_digits={task.key_digits}; expected 1..18")
+    if getattr(task, "init_backbone_only", False) and not task.init_from:
+        raise ValueError("task.init_backbone_only=True needs task.init_from (the run whose backbone to start from)")
     if not 0.0 <= task.lm_fraction <= 1.0:
         raise ValueError(f"task.lm_fraction={task.lm_fraction}; expected a fraction in [0, 1] (0 = task loss only)")
     if task.lm_fraction and task.name == "lm":
@@ -353,17 +355,20 @@ class TaskSampler:
         s = -(-(longest - 1) // self.n)
         tokens = torch.zeros(batch_size, s * self.n + 1, dtype=torch.long)
         mask = torch.zeros(batch_size, s * self.n, dtype=torch.bool)
+        answer = torch.zeros(batch_size, s * self.n, dtype=torch.bool)
         for b, (seq, answer_pos) in enumerate(examples):
             tokens[b, : len(seq)] = torch.frombuffer(bytearray(seq), dtype=torch.uint8).long()
+            answer[b, answer_pos] = True
             if self.task.loss == "all":
                 mask[b, : len(seq) - 1] = True
-            else:
-                mask[b, answer_pos] = True
+        if self.task.loss != "all":
+            mask = answer.clone()
         reset = torch.zeros(batch_size, s, dtype=torch.bool)
         reset[:, 0] = True
         return Batch(
             tokens[:, :-1].reshape(batch_size, s, self.n), tokens[:, 1:].reshape(batch_size, s, self.n),
             mask.view(batch_size, s, self.n), reset, torch.arange(s).expand(batch_size, s).clone(),
+            answer.view(batch_size, s, self.n),
         )
 
     def _segment_recall(self, gen: torch.Generator, batch_size: int) -> Batch:
@@ -381,6 +386,7 @@ class TaskSampler:
         return Batch(
             tokens[:, :-1].reshape(batch_size, s, self.n), tokens[:, 1:].reshape(batch_size, s, self.n),
             mask.view(batch_size, s, self.n), reset, torch.arange(s).expand(batch_size, s).clone(),
+            ex.answer.view(batch_size, s, self.n),
         )
 
 

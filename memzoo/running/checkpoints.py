@@ -61,3 +61,30 @@ def load_run_weights(run_dir: str | Path, device: str | torch.device = "cpu") ->
     if not (run_dir / "checkpoint.pt").is_file():
         raise FileNotFoundError(f"task.init_from={str(run_dir)!r} has no checkpoint.pt; train that run first")
     return load_checkpoint(run_dir, device)["model"]
+
+
+def is_memory_parameter(name: str) -> bool:
+    """A parameter a memory plugin owns (per-layer `...attn.memory.*`, model-level `model_memory.*`),
+    as opposed to the backbone every method shares."""
+    return ".memory." in name or name.startswith("model_memory.")
+
+
+def load_backbone(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> list[str]:
+    """Copy the backbone's weights from another run's state dict into `model`, leaving the memory's
+    own parameters as initialised; returns their names. Every backbone weight of `model` must be in
+    `weights` with its shape (the error names the first that is not)."""
+    own = model.state_dict()
+    backbone = {k: v for k, v in weights.items() if not is_memory_parameter(k)}
+    for name, tensor in own.items():
+        if is_memory_parameter(name):
+            continue
+        if name not in backbone:
+            raise ValueError(f"task.init_from={source!r} has no backbone weight {name!r}: another backbone")
+        if backbone[name].shape != tensor.shape:
+            raise ValueError(f"task.init_from={source!r}: {name!r} has shape {list(backbone[name].shape)}, "
+                             f"this model {list(tensor.shape)}: another backbone")
+    extra = sorted(set(backbone) - set(own))
+    if extra:
+        raise ValueError(f"task.init_from={source!r} holds backbone weights this model lacks: {extra[:3]}")
+    model.load_state_dict(backbone, strict=False)
+    return sorted(k for k in own if is_memory_parameter(k))

@@ -28,7 +28,9 @@ def answer_loss(stage_dirs: list[Path]) -> list[dict[str, Any]]:
         path = run_dir / "metrics.jsonl"
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
         rows = [r for r in rows if "train_bpb" in r]
-        out += [{"step": offset + int(r["step"]), "stage": i, "train_bpb": float(r["train_bpb"])} for r in rows]
+        # answer_bpb: the answer bytes alone (logged since task.loss=all); train_bpb is that under loss=answer
+        out += [{"step": offset + int(r["step"]), "stage": i, "train_bpb": float(r.get("answer_bpb", r["train_bpb"]))}
+                for r in rows]
         offset += max((int(r["step"]) for r in rows), default=0)
     return out
 

@@ -120,7 +120,7 @@ def shard_rows(batch: Batch, info: DistInfo) -> Batch:
         raise ValueError(f"train.batch_size={b} must be divisible by the number of processes ({info.world})")
     per = b // info.world
     lo, hi = info.rank * per, (info.rank + 1) * per
-    return Batch(*(t[lo:hi] for t in (batch.tokens, batch.targets, batch.mask, batch.reset, batch.seg_index)))
+    return batch.rows(lo, hi)
 
 
 def all_sum(values: list[float], info: DistInfo, device: torch.device) -> list[float]:

@@ -32,6 +32,8 @@ class MixedResult:
     lm_nll: float  # nats summed over the corpus targets (0 when f = 0: not computed)
     lm_tokens: int
     aux: float
+    answer_nll: float = 0.0  # nats over the task's answer targets (see WindowResult)
+    answer_tokens: int = 0
 
 
 def corpus_batches(cfg: DictConfig) -> Callable[[int, int, int], Batch]:
@@ -62,6 +64,7 @@ def mixed_window(model: MemoryModel, task: Batch, corpus: Batch, fraction: float
     if fraction > 0.0:
         parts.append(("lm", corpus, fraction, corpus_denominator, False))
     out = {"task": (0.0, 0), "lm": (0.0, 0)}  # a part not computed counts no targets
+    answer = (0.0, 0)
     aux = 0.0
     for i, (name, batch, weight, denominator, align_end) in enumerate(parts):
         total = denominator if denominator is not None else float(batch.mask.sum().clamp(min=1))
@@ -77,8 +80,10 @@ def mixed_window(model: MemoryModel, task: Batch, corpus: Batch, fraction: float
                            state=_initial_state(model, batch.tokens.shape[0], device), align_end=align_end,
                            denominator=total / weight, block_context=sync)
         out[name] = (res.nll_sum, res.tokens)
+        if name == "task":
+            answer = (res.answer_nll, res.answer_tokens)
         aux += weight * res.aux
-    return MixedResult(out["task"][0], out["task"][1], out["lm"][0], out["lm"][1], aux)
+    return MixedResult(out["task"][0], out["task"][1], out["lm"][0], out["lm"][1], aux, *answer)
 
 
 def _initial_state(model, batch_size: int, device: torch.device):

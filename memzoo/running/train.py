@@ -24,7 +24,7 @@ from memzoo.data.corpus import Batch, WindowSampler, load_documents, split_docum
 from memzoo.data.tasks import TaskSampler
 from memzoo.running import distributed as dist
 from memzoo.running.capacity import write_capacity_result
-from memzoo.running.checkpoints import load_checkpoint, load_run_weights, save_checkpoint
+from memzoo.running.checkpoints import load_backbone, load_checkpoint, load_run_weights, save_checkpoint
 from memzoo.running.configure import build_model, pick_device
 from memzoo.running.evaluate import evaluate_run, write_result
 from memzoo.running.mixing import corpus_batches, mixed_window
@@ -111,6 +111,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         step = int(ckpt["step"])
         _truncate_metrics(run_dir / "metrics.jsonl", step)
 
+    elif cfg.task.init_from and cfg.task.init_backbone_only:
+        load_backbone(model, load_run_weights(cfg.task.init_from, device), cfg.task.init_from)
     elif cfg.task.init_from:
         try:
             model.load_state_dict(load_run_weights(cfg.task.init_from, device))
@@ -147,7 +149,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
                 mixed = mixed_window(net, batch, lm_batch, mix, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
                                      dist.loss_denominator(batch, rank, device),
                                      dist.loss_denominator(lm_batch, rank, device), dist.block_sync(net))
-                res = WindowResult(mixed.task_nll, mixed.task_tokens, mixed.aux, None)
+                res = WindowResult(mixed.task_nll, mixed.task_tokens, mixed.aux, None, mixed.answer_nll, mixed.answer_tokens)
                 lm_sum, lm_n = dist.all_sum([mixed.lm_nll, mixed.lm_tokens], rank, device)
                 lm_bpb = lm_sum / max(lm_n, 1) / LN2
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
@@ -157,7 +159,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             in_update, rng_at_step_start = False, None
             optimizer.zero_grad(set_to_none=True)
             tokens_since += batch.tokens.numel() * rank.world  # every input position is computed (answer-only losses too)
-            nll_sum, n_tokens, aux = dist.all_sum([res.nll_sum, res.tokens, res.aux], rank, device)
+            nll_sum, n_tokens, aux, answer_sum, answer_n = dist.all_sum(
+                [res.nll_sum, res.tokens, res.aux, res.answer_nll, res.answer_tokens], rank, device)
             aux /= rank.world  # each rank's aux loss is a mean over its rows
             bpb = nll_sum / max(n_tokens, 1) / LN2
             bar.update(1)
@@ -167,6 +170,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
                     now = time.perf_counter()
                     row = {"step": step, "train_bpb": bpb, "aux": aux, "lr": lr, "grad_norm": float(grad_norm),
                            "tokens_per_s": tokens_since / max(now - t_last, 1e-9)}
+                    if answer_n:  # a task's answer bytes alone, whatever task.loss trains on
+                        row["answer_bpb"] = answer_sum / answer_n / LN2
                     _log(metrics, row if lm_bpb is None else {**row, "lm_bpb": lm_bpb})  # train_bpb: the task's
                     t_last, tokens_since = now, 0
                 if tc.checkpoint_every and step % tc.checkpoint_every == 0:

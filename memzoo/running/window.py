@@ -20,6 +20,8 @@ class WindowResult:
     tokens: int
     aux: float
     state: ModelState
+    answer_nll: float = 0.0  # nats over the batch's answer targets (batch.answer; none in an LM batch)
+    answer_tokens: int = 0
 
 
 def train_window(model: MemoryModel, batch: Batch, bptt_segments: int, aux_weight: float = 1.0,
@@ -42,7 +44,7 @@ def train_window(model: MemoryModel, batch: Batch, bptt_segments: int, aux_weigh
     b, s, _ = batch.tokens.shape
     state = state if state is not None else model.initial_state(b, device)
     total = denominator if denominator is not None else int(batch.mask.sum().clamp(min=1))
-    nll_sum, aux_sum = 0.0, 0.0
+    nll_sum, aux_sum, answer_sum = 0.0, 0.0, 0.0
     first = (s % bptt_segments or bptt_segments) if align_end else bptt_segments
     starts = [0, *range(first, s, bptt_segments)]
     for start in starts:
@@ -51,11 +53,15 @@ def train_window(model: MemoryModel, batch: Batch, bptt_segments: int, aux_weigh
         with sync:
             with autocast_context(precision, device):
                 out = model(blk.tokens, state, blk.reset)
-            nll = token_nll(out.logits, blk.targets) * blk.mask
+            per_target = token_nll(out.logits, blk.targets)  # [B, k, N]
+            nll = per_target * blk.mask
             loss = nll.sum() / total + aux_weight * out.aux_loss
             if loss.requires_grad:
                 loss.backward()
         nll_sum += float(nll.sum().detach())
+        if blk.answer is not None:
+            answer_sum += float((per_target.detach() * blk.answer).sum())
         aux_sum += float(out.aux_loss.detach())
         state = out.state.detach()
-    return WindowResult(nll_sum, int(batch.mask.sum()), aux_sum, state)
+    answer_tokens = 0 if batch.answer is None else int(batch.answer.sum())
+    return WindowResult(nll_sum, int(batch.mask.sum()), aux_sum, state, answer_sum, answer_tokens)

@@ -1,0 +1,61 @@
+"""A memory added to a pretrained transformer (`task.init_backbone_only`): every method starts from
+one shared backbone's weights, its own memory parameters at their initialisation."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from memzoo.core.config import ConfigError
+from memzoo.core.plugins import registered
+from memzoo.running.checkpoints import is_memory_parameter, load_checkpoint
+from memzoo.running.configure import build_model, load_config
+from memzoo.running.train import train
+
+TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16", "train.batch_size=2",
+        "train.window_segments=2", "train.bptt_segments=2", "train.warmup_steps=1", "train.log_every=1",
+        "data.max_docs=20", "eval.max_docs=2", "eval.max_segments_per_doc=2", "eval.batch_size=2"]
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory) -> Path:
+    """A `local` run trained 3 steps: a pretrained transformer with no memory."""
+    out = tmp_path_factory.mktemp("backbone")
+    return train(load_config("local", TINY + ["train.steps=3", "name=bb", f"out_dir={out}"]), progress=False,
+                 evaluate_at_end=False)
+
+
+@pytest.mark.parametrize("method", sorted(registered()))
+def test_every_method_starts_from_the_backbone_with_its_memory_at_init(backbone: Path, tmp_path: Path,
+                                                                        method: str) -> None:
+    extra = TINY + [f"out_dir={tmp_path}", "name=m", "train.steps=1", "train.lr=0", "train.warmup_steps=0",
+                    f"task.init_from={backbone}", "task.init_backbone_only=true"]
+    cfg = load_config(method, extra)
+    torch.manual_seed(cfg.seed)
+    fresh = build_model(cfg).state_dict()  # what train() initialises before loading (same seed)
+    run = train(cfg, progress=False, evaluate_at_end=False)  # lr 0: the weights are the loaded ones
+    got, source = load_checkpoint(run)["model"], load_checkpoint(backbone)["model"]
+    for name, tensor in got.items():
+        if is_memory_parameter(name):
+            assert torch.equal(tensor, fresh[name]), f"{method}: memory parameter {name} is not at its init"
+        else:
+            assert torch.equal(tensor, source[name]), f"{method}: backbone weight {name} was not loaded"
+    assert any(not is_memory_parameter(n) and not torch.equal(fresh[n], source[n]) for n in got)  # a real load
+
+
+def test_a_strict_init_from_another_memory_is_refused_and_backbone_only_is_not(backbone: Path, tmp_path: Path) -> None:
+    extra = TINY + [f"out_dir={tmp_path}", "train.steps=1", f"task.init_from={backbone}"]
+    with pytest.raises(ValueError, match="holds weights of another model or memory config"):
+        train(load_config("infini-delta", extra + ["name=strict"]), progress=False, evaluate_at_end=False)
+    train(load_config("infini-delta", extra + ["name=loose", "task.init_backbone_only=true"]), progress=False,
+          evaluate_at_end=False)
+
+
+def test_another_backbone_is_refused_naming_the_weight(backbone: Path, tmp_path: Path) -> None:
+    wider = TINY + ["model.d_model=64", f"out_dir={tmp_path}", "train.steps=1", "name=w",
+                    f"task.init_from={backbone}", "task.init_backbone_only=true"]
+    with pytest.raises(ValueError, match=r"has shape \[.*\], this model \[.*\]: another backbone"):
+        train(load_config("rmt", wider), progress=False, evaluate_at_end=False)
+    with pytest.raises(ConfigError, match="init_backbone_only=True needs task.init_from"):
+        load_config("rmt", TINY + ["task.init_backbone_only=true"])
