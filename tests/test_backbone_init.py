@@ -59,3 +59,49 @@ def test_another_backbone_is_refused_naming_the_weight(backbone: Path, tmp_path:
         train(load_config("rmt", wider), progress=False, evaluate_at_end=False)
     with pytest.raises(ConfigError, match="init_backbone_only=True needs task.init_from"):
         load_config("rmt", TINY + ["task.init_backbone_only=true"])
+
+
+SUITE = """
+name: bb
+base: small
+threads_per_job: 1
+methods: [infini-delta, rmt]
+token_budget: 512   # 1 LM step of 2 x 4 x 64 bytes per method, from the backbone
+jobs: 1
+run:
+  model: {d_model: 32, n_layers: 2, n_heads: 2, segment_len: 64}
+  data: {max_docs: 30}
+  train: {batch_size: 2, window_segments: 4, bptt_segments: 2, warmup_steps: 1, checkpoint_every: 1, log_every: 1,
+          lr: 0.0}
+  eval: {batch_size: 2, max_docs: 2, max_segments_per_doc: 2}
+backbone:
+  train: {steps: 2, lr: 0.01}
+finetune:
+  task: {name: passkey, lengths: [300], key_digits: 2}
+  train: {steps: 1}
+"""
+
+
+def test_a_suite_backbone_is_trained_once_and_every_method_starts_from_it(tmp_path: Path, monkeypatch) -> None:
+    import memzoo.running.train as train_module
+    from memzoo.suites.compare import backbone_specs, expand, load_suite, run_suite
+
+    path = tmp_path / "bb.yaml"
+    path.write_text(f"out_dir: {tmp_path / 'results'}\n" + SUITE)
+    suite = load_suite(str(path))
+    runs = tmp_path / "results" / "bb" / "runs"
+    (bb,) = backbone_specs(suite)
+    assert bb.name == "backbone-s0" and bb.cfg.memory.name == "local" and bb.cfg.train.steps == 2
+    for spec in expand(suite):
+        lm, last = spec.chain[0].task, spec.chain[-1].task
+        assert (lm.init_from, lm.init_backbone_only) == (str(runs / "backbone-s0"), True)
+        assert (last.init_from, last.init_backbone_only) == (str(runs / f"{spec.name}-lm"), False)  # its own memory
+
+    run_suite(suite, progress=False)
+    source = load_checkpoint(runs / "backbone-s0")["model"]
+    for method in ("infini-delta", "rmt"):  # lr 0 after the backbone: the backbone's weights, unchanged
+        got = load_checkpoint(runs / f"{method}-s0")["model"]
+        assert all(torch.equal(t, source[n]) for n, t in got.items() if not is_memory_parameter(n)), method
+    stamp = (runs / "backbone-s0" / "result.json").stat().st_mtime_ns
+    run_suite(load_suite(str(path)), progress=False)  # finished: nothing is trained again
+    assert (runs / "backbone-s0" / "result.json").stat().st_mtime_ns == stamp

@@ -53,6 +53,7 @@ def finetune_chain(pretrain: DictConfig, finetune: Any, root: Path, name: str) -
         cfg = OmegaConf.merge(prev, stage)
         cfg.name = stage_name(name, i, len(overrides))
         cfg.task.init_from = str(root / "runs" / prev.name)
+        cfg.task.init_backbone_only = False  # a stage continues the same model, its memory included
         where = f"suite finetune[{i}] {name}" if len(overrides) > 1 else f"suite finetune {name}"
         chain.append(resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=where)))
     return chain

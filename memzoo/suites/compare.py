@@ -50,6 +50,12 @@ class SuiteConfig:
     # starting from its weights; memzoo.running.curriculum). The pretrained run is kept as NAME-lm, earlier
     # stages as NAME-c1, NAME-c2, ...; the last stage is the suite's run.
     finetune: Any = None
+    # Optional shared pretraining: run-config overrides (on base + run) of one language model per seed,
+    # trained first, whose backbone every method's pretraining stage starts from
+    # (task.init_backbone_only: each memory's own parameters at their initialisation). The Infini and
+    # RMT papers add their memory to a pretrained transformer; one backbone for all also makes the
+    # methods differ only in their memory. Kept as runs/backbone-sSEED.
+    backbone: Any = None
     # Optional last stage: long-range evaluations of each run, a list of memzoo.running.longrange.LongRangeConfig
     # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]); their rows join the results table.
     longrange: Any = field(default_factory=list)
@@ -196,12 +202,34 @@ def expand(suite: DictConfig) -> list[RunSpec]:
                     per_step = cfg.train.batch_size * cfg.train.window_segments * cfg.model.segment_len
                     cfg.train.steps = max(1, int(suite.token_budget) // per_step)
                 pretrain, stages = None, []
+                if suite.backbone:  # the first stage starts from the shared backbone
+                    cfg.task.init_from, cfg.task.init_backbone_only = str(root / "runs" / backbone_name(seed)), True
                 if suite.finetune:
                     pretrain, *stages, cfg = finetune_chain(cfg, suite.finetune, root, name)
                 specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain, sweep, stages))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError("two suite runs share a name; check the grid and seeds for duplicates")
+    return specs
+
+
+def backbone_name(seed: int) -> str:
+    return f"backbone-s{seed}"
+
+
+def backbone_specs(suite: DictConfig) -> list[RunSpec]:
+    """The suite's shared backbone runs, one per seed (none without `backbone:`)."""
+    if not suite.backbone:
+        return []
+    root = suite_dir(suite)
+    specs = []
+    for seed in suite.seeds:
+        cfg = OmegaConf.merge(load_config(suite.base.format(method="local")), suite.run or {}, suite.backbone)
+        cfg.seed, cfg.name, cfg.out_dir = int(seed), backbone_name(seed), str(root / "runs")
+        cfg = resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where="suite backbone"))
+        if cfg.task.name != "lm":
+            raise ConfigError(f"suite.backbone trains a language model; got task.name={cfg.task.name!r}")
+        specs.append(RunSpec(cfg.name, str(cfg.memory.name), int(seed), cfg, {}))
     return specs
 
 
@@ -389,16 +417,28 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
 
     longrange = [dataclasses.asdict(c) for c in longrange_configs(suite)]
     todo = [s for s in specs if not is_finished(s, _stages_signature(longrange))]
+    backbones = [b for b in backbone_specs(suite) if not is_finished(b, [])]
     jobs = jobs or suite.jobs
     if launcher is not None:  # one job per run on a cluster (or submitit's local executor), the same worker
         from memzoo.suites.launchers import launcher_config, run_jobs
 
         threads = suite.threads_per_job or launcher_config(suite.launcher).cpus_per_task
+        if backbones:  # first, and alone: every run starts from them
+            failed = run_jobs(launcher, suite, root, backbones, _worker, lambda s: _worker_args(s, suite, threads, []),
+                              lambda s: is_finished(s, []), lambda s: None, wait=True, progress=progress)
+            if failed:
+                raise RuntimeError(f"suite backbone failed: {failed}; its checkpoint is kept, re-run to resume")
         failures = run_jobs(launcher, suite, root, todo, _worker, lambda s: _worker_args(s, suite, threads, longrange),
                             lambda s: is_finished(s, _stages_signature(longrange)), lambda s: write_table(root, specs),
                             wait=wait, progress=progress)
         return _finish(root, specs, failures)
     threads = suite.threads_per_job or max(1, (os.cpu_count() or 1) // jobs)
+    for spec in backbones:  # first, alone, with every worker's threads: every run starts from it
+        if progress:
+            print(f"suite {suite.name}: training the shared backbone {spec.name} ({spec.steps} steps)")
+        ctx = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as one:
+            one.submit(_worker, *_worker_args(spec, suite, threads * jobs, [])).result()
     total_steps = sum(s.steps for s in specs)
     done_steps = sum(s.steps for s in specs if s not in todo)
     bar = tqdm(total=total_steps, initial=done_steps, desc=f"suite {suite.name}", unit="step", disable=not progress,
