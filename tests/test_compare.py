@@ -239,7 +239,8 @@ def test_bad_longrange_stage_fails_before_training(tmp_path: Path) -> None:
     assert not (tmp_path / "results" / "tiny" / "runs").exists()
 
 
-@pytest.mark.parametrize("name", ["quick", "presets", "paper-gpu", "longrange", "longrange-gpu", "capacity"])
+@pytest.mark.parametrize("name", ["quick", "presets", "paper-gpu", "longrange", "longrange-gpu", "longrange-curriculum",
+                                  "capacity"])
 def test_shipped_suites_expand(name: str) -> None:
     """Every shipped suite resolves into valid run configs (and long-range stages) for every method
     (capacity-gpu's 1,656 runs take a minute to resolve, so it is left out here)."""
@@ -259,5 +260,7 @@ def test_shipped_suites_expand(name: str) -> None:
         assert max(max(st.lengths) for st in stages) == 1048576 and all(st.depths == [0, 0.5, 1] for st in stages)
         assert all(s.pretrain.train.steps * s.pretrain.train.batch_size * s.pretrain.train.window_segments
                    * s.pretrain.model.segment_len <= suite.token_budget for s in specs)
+        if name != "longrange-gpu":  # the CPU suites train on examples of at most 2,048 bytes (issue 10)
+            assert max(max(c.task.lengths) for s in specs for c in s.chain[1:]) <= 2048
     else:
         assert all(s.pretrain is None for s in specs) and stages == []

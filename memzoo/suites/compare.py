@@ -224,7 +224,10 @@ def backbone_specs(suite: DictConfig) -> list[RunSpec]:
     root = suite_dir(suite)
     specs = []
     for seed in suite.seeds:
-        cfg = OmegaConf.merge(load_config(suite.base.format(method="local")), suite.run or {}, suite.backbone)
+        method = OmegaConf.select(suite.backbone, "memory.name")  # default: the base's own memory
+        if "{method}" in suite.base and not method:
+            raise ConfigError(f"suite.backbone needs memory.name: the base {suite.base!r} is per method")
+        cfg = OmegaConf.merge(load_config(suite.base.format(method=method)), suite.run or {}, suite.backbone)
         cfg.seed, cfg.name, cfg.out_dir = int(seed), backbone_name(seed), str(root / "runs")
         cfg = resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where="suite backbone"))
         if cfg.task.name != "lm":
