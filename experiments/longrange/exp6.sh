@@ -21,3 +21,6 @@ else
       task.init_backbone_only=true task.key_segments_back=[0,1,2,3] task.lengths=[636,668] train.steps=600 \
       train.bptt_segments=8 $C
 fi
+# Then (reported as `rmt` after 500 more): stage 4 again from rmt-b,
+#   memzoo train rmt memory.n_mem_tokens=8 name=rmt-c task.init_from=results/exp6/rmt-b \
+#       task.key_segments_back=[0,1,2,3,4,5,6,7] task.lengths=[1148,1180,1212] train.steps=500 train.bptt_segments=10 $C
