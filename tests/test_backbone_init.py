@@ -9,7 +9,8 @@ import torch
 
 from memzoo.core.config import ConfigError
 from memzoo.core.plugins import registered
-from memzoo.running.checkpoints import is_memory_parameter, load_checkpoint
+from memzoo.core.model import is_memory_name
+from memzoo.running.checkpoints import load_checkpoint
 from memzoo.running.configure import build_model, load_config
 from memzoo.running.train import train
 
@@ -37,11 +38,11 @@ def test_every_method_starts_from_the_backbone_with_its_memory_at_init(backbone:
     run = train(cfg, progress=False, evaluate_at_end=False)  # lr 0: the weights are the loaded ones
     got, source = load_checkpoint(run)["model"], load_checkpoint(backbone)["model"]
     for name, tensor in got.items():
-        if is_memory_parameter(name):
+        if is_memory_name(name):
             assert torch.equal(tensor, fresh[name]), f"{method}: memory parameter {name} is not at its init"
         else:
             assert torch.equal(tensor, source[name]), f"{method}: backbone weight {name} was not loaded"
-    assert any(not is_memory_parameter(n) and not torch.equal(fresh[n], source[n]) for n in got)  # a real load
+    assert any(not is_memory_name(n) and not torch.equal(fresh[n], source[n]) for n in got)  # a real load
 
 
 def test_a_strict_init_from_another_memory_is_refused_and_backbone_only_is_not(backbone: Path, tmp_path: Path) -> None:
@@ -101,7 +102,7 @@ def test_a_suite_backbone_is_trained_once_and_every_method_starts_from_it(tmp_pa
     source = load_checkpoint(runs / "backbone-s0")["model"]
     for method in ("infini-delta", "rmt"):  # lr 0 after the backbone: the backbone's weights, unchanged
         got = load_checkpoint(runs / f"{method}-s0")["model"]
-        assert all(torch.equal(t, source[n]) for n, t in got.items() if not is_memory_parameter(n)), method
+        assert all(torch.equal(t, source[n]) for n, t in got.items() if not is_memory_name(n)), method
     stamp = (runs / "backbone-s0" / "result.json").stat().st_mtime_ns
     run_suite(load_suite(str(path)), progress=False)  # finished: nothing is trained again
     assert (runs / "backbone-s0" / "result.json").stat().st_mtime_ns == stamp

@@ -111,6 +111,13 @@ class Block(nn.Module):
         return x + self.mlp(self.norm_mlp(x)), state, aux
 
 
+def is_memory_name(name: str) -> bool:
+    """A module or parameter name inside a memory plugin (a layer's `attn.memory`, the model's
+    `model_memory`): the plugin initialises and owns it; everything else is the shared backbone."""
+    parts = name.split(".")
+    return parts[0] == "model_memory" or "memory" in parts[1:]
+
+
 class MemoryModel(nn.Module):
     """Byte-level language model on the segment-recurrent backbone with one memory method."""
 
@@ -134,7 +141,7 @@ class MemoryModel(nn.Module):
         """model.init small: normal(0.02) (residual projections scaled down); torch: PyTorch's defaults."""
         resid_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
         for name, module in self.named_modules():
-            if ".memory" in name or name.startswith("model_memory"):
+            if is_memory_name(name):
                 continue  # plugins initialise their own parameters
             if self.cfg.init == "torch":
                 if isinstance(module, nn.Embedding):

@@ -286,7 +286,7 @@ def check_task(task, segment_len: int | None = None) -> None:
         raise ValueError(f"task.lengths={list(task.lengths or [])}; expected a non-empty list of positive lengths")
     if not 1 <= task.key_digits <= 18:
         raise ValueError(f"task.key_digits={task.key_digits}; expected 1..18")
-    if getattr(task, "init_backbone_only", False) and not task.init_from:
+    if task.init_backbone_only and not task.init_from:
         raise ValueError("task.init_backbone_only=True needs task.init_from (the run whose backbone to start from)")
     if not 0.0 <= task.lm_fraction <= 1.0:
         raise ValueError(f"task.lm_fraction={task.lm_fraction}; expected a fraction in [0, 1] (0 = task loss only)")

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import torch
 from omegaconf import DictConfig
 
-from memzoo.core.model import MemoryModel
+from memzoo.core.model import MemoryModel, is_memory_name
 from memzoo.running.configure import build_model, load_config, pick_device
 
 
@@ -63,21 +63,13 @@ def load_run_weights(run_dir: str | Path, device: str | torch.device = "cpu") ->
     return load_checkpoint(run_dir, device)["model"]
 
 
-def is_memory_parameter(name: str) -> bool:
-    """A parameter a memory plugin owns (per-layer `...attn.memory.*`, model-level `model_memory.*`),
-    as opposed to the backbone every method shares."""
-    return ".memory." in name or name.startswith("model_memory.")
-
-
-def load_backbone(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> list[str]:
+def load_backbone(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str) -> None:
     """Copy the backbone's weights from another run's state dict into `model`, leaving the memory's
-    own parameters as initialised; returns their names. Every backbone weight of `model` must be in
-    `weights` with its shape (the error names the first that is not)."""
-    own = model.state_dict()
-    backbone = {k: v for k, v in weights.items() if not is_memory_parameter(k)}
+    own parameters as initialised. The two backbones must match name for name and shape for shape
+    (the error names the first weight that does not)."""
+    own = {k: v for k, v in model.state_dict().items() if not is_memory_name(k)}
+    backbone = {k: v for k, v in weights.items() if not is_memory_name(k)}
     for name, tensor in own.items():
-        if is_memory_parameter(name):
-            continue
         if name not in backbone:
             raise ValueError(f"task.init_from={source!r} has no backbone weight {name!r}: another backbone")
         if backbone[name].shape != tensor.shape:
@@ -87,4 +79,3 @@ def load_backbone(model: torch.nn.Module, weights: dict[str, torch.Tensor], sour
     if extra:
         raise ValueError(f"task.init_from={source!r} holds backbone weights this model lacks: {extra[:3]}")
     model.load_state_dict(backbone, strict=False)
-    return sorted(k for k in own if is_memory_parameter(k))

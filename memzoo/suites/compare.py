@@ -221,13 +221,14 @@ def backbone_specs(suite: DictConfig) -> list[RunSpec]:
     """The suite's shared backbone runs, one per seed (none without `backbone:`)."""
     if not suite.backbone:
         return []
+    method = OmegaConf.select(suite.backbone, "memory.name")  # default: the base's own memory
+    if "{method}" in suite.base and not method:
+        raise ConfigError(f"suite.backbone needs memory.name: the base {suite.base!r} is per method")
+    base = load_config(suite.base.format(method=method))
     root = suite_dir(suite)
     specs = []
     for seed in suite.seeds:
-        method = OmegaConf.select(suite.backbone, "memory.name")  # default: the base's own memory
-        if "{method}" in suite.base and not method:
-            raise ConfigError(f"suite.backbone needs memory.name: the base {suite.base!r} is per method")
-        cfg = OmegaConf.merge(load_config(suite.base.format(method=method)), suite.run or {}, suite.backbone)
+        cfg = OmegaConf.merge(base, suite.run or {}, suite.backbone)
         cfg.seed, cfg.name, cfg.out_dir = int(seed), backbone_name(seed), str(root / "runs")
         cfg = resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where="suite backbone"))
         if cfg.task.name != "lm":
@@ -436,12 +437,12 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
                             wait=wait, progress=progress)
         return _finish(root, specs, failures)
     threads = suite.threads_per_job or max(1, (os.cpu_count() or 1) // jobs)
-    for spec in backbones:  # first, alone, with every worker's threads: every run starts from it
-        if progress:
-            print(f"suite {suite.name}: training the shared backbone {spec.name} ({spec.steps} steps)")
-        ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as one:
-            one.submit(_worker, *_worker_args(spec, suite, threads * jobs, [])).result()
+    if backbones:  # first, one at a time, with every worker's threads: every run starts from them
+        with cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as one:
+            for spec in backbones:
+                if progress:
+                    print(f"suite {suite.name}: training the shared backbone {spec.name} ({spec.steps} steps)")
+                one.submit(_worker, *_worker_args(spec, suite, threads * jobs, [])).result()
     total_steps = sum(s.steps for s in specs)
     done_steps = sum(s.steps for s in specs if s not in todo)
     bar = tqdm(total=total_steps, initial=done_steps, desc=f"suite {suite.name}", unit="step", disable=not progress,
