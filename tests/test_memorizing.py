@@ -194,6 +194,21 @@ def test_gate_per_head_starts_at_half_and_only_the_knn_layer_has_it() -> None:
     assert sum(1 for n, _ in model.named_parameters() if n.endswith("memory.gate.beta")) == 1
 
 
+def test_temperature_and_gate_have_their_own_learning_rates() -> None:
+    """scale_lr_mult scales log τ's learning rate (no decay); gate_lr_mult the gate's; nothing else moves."""
+    from memzoo.core.model import MemoryModel
+
+    cfg = MemorizingConfig(store_size=32, top_k=4, mem_len=8, gate_lr_mult=20.0, scale_lr_mult=50.0)
+    model = MemoryModel(tiny_model_config(n_layers=4), "memorizing", cfg)
+    knn = model.memories[2]
+    lrs = {id(p): (g["lr"], g["weight_decay"]) for g in model.optim_groups(weight_decay=0.1, lr=1e-3)
+           for p in g["params"]}
+    assert lrs[id(knn.log_scale)] == (pytest.approx(5e-2), 0.0)
+    assert lrs[id(knn.gate.beta)] == (pytest.approx(2e-2), 0.0)
+    others = {lr for pid, (lr, _) in lrs.items() if pid not in (id(knn.log_scale), id(knn.gate.beta))}
+    assert others == {1e-3}
+
+
 def test_knn_layer_rule() -> None:
     index = lambda n, k=None: knn_layer_index(MemorizingConfig(knn_layer=k), tiny_model_config(n_layers=n))  # noqa: E731
     assert [index(n) for n in (1, 2, 4, 6, 12)] == [0, 1, 2, 4, 8]  # 12 layers: the 9th
