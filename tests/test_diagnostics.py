@@ -81,6 +81,9 @@ def test_reset_after_the_key_removes_what_the_state_carried(rows) -> None:
     assert [r["accuracy"] for r in plain] == [1.0, 1.0, 1.0, 0.0]
     assert [r["accuracy"] for r in ablated] == [0.0, 0.0, 0.0, 0.0]
     assert all(r["reset_after_key"] is True for r in ablated)
+    # partial credit agrees: every digit in place where the state had the key, none where it had none
+    assert [(r["digits_in_place"], r["digits_from_key"]) for r in plain] == [(1.0, 1.0)] * 3 + [(0.0, 0.0)]
+    assert [(r["digits_in_place"], r["digits_from_key"]) for r in ablated] == [(0.0, 0.0)] * 4
 
 
 def test_accuracy_by_key_segment_attributes_the_answers(rows) -> None:

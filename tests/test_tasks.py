@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from memzoo.core.config import ConfigError, TaskConfig
-from memzoo.data.tasks import FILLER, KEY_BASE, PREAMBLE, QUESTION, TaskSampler, VALUE_BASE, passkey_fixed_bytes, passkey_prompt, recall_example, score_passkey
+from memzoo.data.tasks import (FILLER, KEY_BASE, PREAMBLE, QUESTION, TaskSampler, VALUE_BASE, passkey_digit_scores,
+                               passkey_fixed_bytes, passkey_prompt, recall_example, score_passkey)
 from memzoo.running.configure import load_config
 
 
@@ -52,6 +53,18 @@ def test_passkey_rejects_bad_input() -> None:
 ])
 def test_passkey_scoring_is_exact_match(generated: bytes, ok: bool) -> None:
     assert score_passkey(generated, "12345") is ok
+
+
+@pytest.mark.parametrize("generated,in_place,from_key", [
+    (b" 65172.", 1.0, 1.0),  # exact
+    (b" 16276.", 0.2, 1.0),  # the key's digits, out of order (only the 7 in place)
+    (b" 90000.", 0.0, 0.0),  # a constant guess with no digit of the key
+    (b" 6517", 0.8, 0.8),  # stopped early: the missing digit counts against both
+    (b" ee431.", 0.0, 0.2),  # letters are never "from the key"; 1 is
+    (b"", 0.0, 0.0),
+])
+def test_passkey_digit_scores_separate_content_from_order(generated: bytes, in_place: float, from_key: float) -> None:
+    assert passkey_digit_scores(generated, "65172") == (pytest.approx(in_place), pytest.approx(from_key))
 
 
 def test_recall_example_pairs_then_queries() -> None:

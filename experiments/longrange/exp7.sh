@@ -1,18 +1,41 @@
 #!/bin/bash
-# Issue 10, experiment 7: length generalisation. Memorizing (from exp6's mem-a) with a faster
-# memory-path temperature (scale_lr_mult), keys 0-7 segments back; RMT (from exp6's rmt-c) keys
-# 0-13 segments back at 1,916-1,948 bytes. `$1` is rmt or memorizing; run from the repository root.
+# Issue 10, experiment 7: length generalisation, and why the far keys fail. Run from the repository
+# root after exp6.sh (its runs in results/exp6); `$1` picks the branch:
+#   rmt     RMT (from exp6's rmt-c) with keys 0-13 segments back at 1,916-1,948 bytes;
+#   tau     Memorizing (from exp6's mem-a): mem-b, the temperature τ at 50x the learning rate
+#           (stopped at step 110 in the README's run), and mem-c, τ = 32 with the kNN layer's gate
+#           and temperature started afresh (task.init_backbone_only);
+#   digits  Memorizing from mem-c: 1-digit keys (mem-d), then 2 (mem-e), then 5 (mem-f), keys 0-7
+#           segments back, each evaluated (and mem-d, mem-f with the memory-reset ablation).
 set -e
 C="train.lr=0.001 train.warmup_steps=20 train.weight_decay=0.0 train.log_every=10 train.checkpoint_every=50
-   train.threads=1 task.name=passkey task.loss=answer task.key_digits=5 task.lm_fraction=0.25 out_dir=results/exp7"
-if [ "$1" = rmt ]; then
-  memzoo train rmt memory.n_mem_tokens=8 name=rmt-d task.init_from=results/exp6/rmt-c \
+   train.threads=1 task.name=passkey task.loss=answer task.lm_fraction=0.25 out_dir=results/exp7"
+M="memory.store_size=65536 memory.mem_len=128 memory.top_k=32 memory.gate_lr_mult=20"
+GAPS="task.key_segments_back=[0,1,2,3,4,5,6,7] task.lengths=[1148,1180,1212] train.bptt_segments=10"
+P="--depths 0,0.5,1 --threads 1"
+case "$1" in
+rmt)
+  memzoo train rmt memory.n_mem_tokens=8 name=rmt-d task.init_from=results/exp6/rmt-c task.key_digits=5 \
       task.key_segments_back=[0,1,2,3,4,5,6,7,8,9,10,11,12,13] task.lengths=[1916,1948] train.steps=300 \
       train.bptt_segments=16 $C
-  memzoo passkey results/exp7/rmt-d --lengths 1948,4096,32768 --depths 0,0.5,1 --trials 4 --threads 1
-else
-  M="memory.store_size=65536 memory.mem_len=128 memory.top_k=32 memory.gate_lr_mult=20 memory.scale_lr_mult=50"
-  memzoo train memorizing $M name=mem-b task.init_from=results/exp6/mem-a \
-      task.key_segments_back=[0,1,2,3,4,5,6,7] task.lengths=[1148,1180,1212] train.steps=300 train.bptt_segments=10 $C
-  memzoo passkey results/exp7/mem-b --lengths 1180,4096,32768 --depths 0,0.5,1 --trials 4 --threads 1
-fi
+  memzoo passkey results/exp7/rmt-d --lengths 1948,4096,32768 --trials 4 $P
+  memzoo passkey results/exp6/rmt-c --lengths 668,1180 --trials 4 --reset-after-key $P ;;
+tau)
+  memzoo train memorizing $M memory.scale_lr_mult=50 name=mem-b task.init_from=results/exp6/mem-a \
+      task.key_digits=5 train.steps=300 $GAPS $C
+  memzoo train memorizing $M memory.scale_init=32 name=mem-c task.init_from=results/exp6/mem-a \
+      task.init_backbone_only=true task.key_digits=5 train.steps=300 $GAPS $C
+  memzoo passkey results/exp7/mem-c --lengths 1180,4096,32768 --trials 4 $P ;;
+digits)
+  M="$M memory.scale_init=32"
+  memzoo train memorizing $M name=mem-d task.key_digits=1 task.init_from=results/exp7/mem-c train.steps=150 $GAPS $C
+  memzoo passkey results/exp7/mem-d --key-digits 1 --lengths 1180,4096,32768 --trials 8 $P
+  memzoo passkey results/exp7/mem-d --key-digits 1 --lengths 1180,4096 --trials 8 --reset-after-key $P
+  memzoo train memorizing $M name=mem-e task.key_digits=2 task.init_from=results/exp7/mem-d train.steps=150 $GAPS $C
+  memzoo passkey results/exp7/mem-e --key-digits 2 --lengths 1180,4096 --trials 4 $P
+  memzoo train memorizing $M name=mem-f task.key_digits=5 task.init_from=results/exp7/mem-e train.steps=200 $GAPS $C
+  memzoo passkey results/exp7/mem-f --lengths 1180,4096,32768 --trials 4 $P
+  memzoo passkey results/exp7/mem-f --lengths 1180,4096,32768 --trials 4 --reset-after-key $P ;;
+*)
+  echo "usage: exp7.sh rmt|tau|digits" >&2; exit 2 ;;
+esac

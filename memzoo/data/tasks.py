@@ -144,6 +144,17 @@ def score_passkey(generated: bytes, key: str) -> bool:
     return bool(match) and match.group(1).decode() == key
 
 
+def passkey_digit_scores(generated: bytes, key: str) -> tuple[float, float]:
+    """Partial credit for an answer (after optional spaces), as fractions of the key's length:
+    (digits written in their place, digits written that occur anywhere in the key). A memory that
+    retrieves the key's digits but not their order scores high on the second and near chance
+    (0.1) on the first; a constant guess scores low on both."""
+    written = generated.lstrip()[: len(key)].decode("latin-1")
+    in_place = sum(a == b for a, b in zip(written, key))
+    from_key = sum(c.isdigit() and c in key for c in written)
+    return in_place / len(key), from_key / len(key)
+
+
 @dataclass
 class RecallExample:
     tokens: bytes  # the whole sequence: pairs, gap, queries with their answers

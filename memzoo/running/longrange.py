@@ -28,8 +28,8 @@ import torch
 from tqdm.auto import tqdm
 
 from memzoo.core.model import MemoryModel
-from memzoo.data.tasks import (bytes_to_tensor, key_segment, key_segments_back, passkey_fixed_bytes, passkey_prompt,
-                               random_key, recall_example, score_passkey)
+from memzoo.data.tasks import (bytes_to_tensor, key_segment, key_segments_back, passkey_digit_scores, passkey_fixed_bytes,
+                               passkey_prompt, random_key, recall_example, score_passkey)
 from memzoo.running.evaluate import peak_rss_mb
 from memzoo.running.generate import StreamingDecoder
 
@@ -200,7 +200,10 @@ def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precis
     for i, depth in enumerate(cfg.depths):
         idx = range(i * cfg.trials, (i + 1) * cfg.trials)
         correct = sum(score_passkey(texts[j], keys[j]) for j in idx)
+        digits = [passkey_digit_scores(texts[j], keys[j]) for j in idx]  # partial credit per trial
         rows.append({**base, "depth": depth, "status": "ok", "accuracy": correct / cfg.trials, "correct": correct,
+                     "digits_in_place": sum(d[0] for d in digits) / cfg.trials,
+                     "digits_from_key": sum(d[1] for d in digits) / cfg.trials,
                      "key_segments_back": back[idx[0]],
                      "tokens_done": data.shape[1], "tokens_per_s": data.numel() / max(seconds, 1e-9),
                      "seconds": seconds, **_measurements(device),
