@@ -6,7 +6,9 @@
 #           (stopped at step 110 in the README's run), and mem-c, τ = 32 with the kNN layer's gate
 #           and temperature started afresh (task.init_backbone_only);
 #   digits  Memorizing from mem-c: 1-digit keys (mem-d), then 2 (mem-e), then 5 (mem-f), keys 0-7
-#           segments back, each evaluated (and mem-d, mem-f with the memory-reset ablation).
+#           segments back, each evaluated (and mem-d, mem-f with the memory-reset ablation);
+#   more    250 more steps at 5 digits (mem-g);
+#   full    the full control of exp8-controls.yaml, 250 more steps at 0-7 back.
 set -e
 C="train.lr=0.001 train.warmup_steps=20 train.weight_decay=0.0 train.log_every=10 train.checkpoint_every=50
    train.threads=1 task.name=passkey task.loss=answer task.lm_fraction=0.25 out_dir=results/exp7"
@@ -36,6 +38,14 @@ digits)
   memzoo train memorizing $M name=mem-f task.key_digits=5 task.init_from=results/exp7/mem-e train.steps=200 $GAPS $C
   memzoo passkey results/exp7/mem-f --lengths 1180,4096,32768 --trials 4 $P
   memzoo passkey results/exp7/mem-f --lengths 1180,4096,32768 --trials 4 --reset-after-key $P ;;
+more)  # after digits and experiments/longrange/exp8-controls.yaml (its runs in results/exp8)
+  memzoo train memorizing $M memory.scale_init=32 name=mem-g task.key_digits=5 task.init_from=results/exp7/mem-f \
+      train.steps=250 $GAPS $C
+  memzoo passkey results/exp7/mem-g --lengths 1180,4096 --trials 4 $P ;;
+full)  # 250 more steps for the full control (the README's run was stopped at its step-250 checkpoint)
+  memzoo train full name=full-more task.key_digits=5 task.init_from=results/exp8/longrange-controls/runs/full-s0 \
+      train.steps=250 $GAPS $C
+  memzoo passkey results/exp7/full-more --lengths 668,1180 --trials 4 $P ;;
 *)
-  echo "usage: exp7.sh rmt|tau|digits" >&2; exit 2 ;;
+  echo "usage: exp7.sh rmt|tau|digits|more|full" >&2; exit 2 ;;
 esac
