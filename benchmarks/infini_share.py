@@ -52,35 +52,37 @@ def key_share(run_dir: str, length: int, trials: int, seed: int = 0) -> tuple[to
             return plain(x, state)  # [S, H, N, D] each, recorded
 
         layer.forward = recording  # this instance only
-    infini.retrieve = recording_retrieve
+    infini.retrieve = recording_retrieve  # module-wide, until the end
     n = model.cfg.segment_len
     gen = torch.Generator().manual_seed(seed)
     shares, selectivity, read_norms = [], [], []
-    for _ in range(trials):
-        key = random_key(gen, 5)
-        prompt = passkey_prompt(length, 0.0, key)  # the key at the start: every filler byte after it
-        text = prompt.prompt + b" " + key.encode()
-        first = prompt.prompt.find(key.encode())
-        for calls in (*seen.values(), *reads.values()):
-            calls.clear()
-        StreamingDecoder(model, 1, segments_per_call=8).feed(bytes_to_tensor(text)[None])
-        for d in range(len(key)):
-            query, target = len(prompt.prompt) + d, first + d
-            written = query // n * n  # the memory holds the segments before the query's own
-            per_layer_share, per_layer_sel, per_layer_read = [], [], []
-            for i in range(len(layers)):
-                qs = torch.cat([q.permute(1, 0, 2, 3).flatten(1, 2) for q, _, _ in seen[i]], dim=1)  # [H, T, D]
-                ks = torch.cat([k.permute(1, 0, 2, 3).flatten(1, 2) for _, k, _ in seen[i]], dim=1)  # [H, T, D]
-                vs = torch.cat([v.permute(1, 0, 2, 3).flatten(1, 2) for _, _, v in seen[i]], dim=1)  # [H, T, D]
-                read = torch.cat(reads[i], dim=1)[:, query]  # [H, D]: segments in order, then the partial one
-                per_layer_read.append(read.norm(dim=-1) / vs[:, :written].norm(dim=-1).mean(1))
-                sims = torch.einsum("hd,htd->ht", qs[:, query], ks[:, :written])  # [H, written]
-                per_layer_share.append(sims[:, target] / sims.sum(1))
-                per_layer_sel.append(sims[:, target] / sims.mean(1))
-            shares.append(torch.stack(per_layer_share))
-            selectivity.append(torch.stack(per_layer_sel))
-            read_norms.append(torch.stack(per_layer_read))
-    infini.retrieve = plain_retrieve
+    try:
+        for _ in range(trials):
+            key = random_key(gen, 5)
+            prompt = passkey_prompt(length, 0.0, key)  # the key at the start: every filler byte after it
+            text = prompt.prompt + b" " + key.encode()
+            first = prompt.prompt.find(key.encode())
+            for calls in (*seen.values(), *reads.values()):
+                calls.clear()
+            StreamingDecoder(model, 1, segments_per_call=8).feed(bytes_to_tensor(text)[None])
+            # per layer, every position in order (whole segments, then the partial one): [H, T, D] each
+            flat = [[torch.cat([t[j].permute(1, 0, 2, 3).flatten(1, 2) for t in seen[i]], dim=1) for j in range(3)]
+                    for i in range(len(layers))]
+            read_all = [torch.cat(reads[i], dim=1) for i in range(len(layers))]  # [H, T, D]
+            for d in range(len(key)):
+                query, target = len(prompt.prompt) + d, first + d
+                written = query // n * n  # the memory holds the segments before the query's own
+                per_layer_share, per_layer_sel, per_layer_read = [], [], []
+                for (qs, ks, vs), read in zip(flat, read_all):
+                    per_layer_read.append(read[:, query].norm(dim=-1) / vs[:, :written].norm(dim=-1).mean(1))
+                    sims = torch.einsum("hd,htd->ht", qs[:, query], ks[:, :written])  # [H, written]
+                    per_layer_share.append(sims[:, target] / sims.sum(1))
+                    per_layer_sel.append(sims[:, target] / sims.mean(1))
+                shares.append(torch.stack(per_layer_share))
+                selectivity.append(torch.stack(per_layer_sel))
+                read_norms.append(torch.stack(per_layer_read))
+    finally:
+        infini.retrieve = plain_retrieve
     return tuple(torch.stack(x).mean(0) for x in (shares, selectivity, read_norms))
 
 

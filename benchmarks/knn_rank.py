@@ -30,11 +30,9 @@ def knn_layer_of(model: torch.nn.Module) -> memorizing.MemorizingKNN:
 
 
 @torch.no_grad()
-def slot_ranks(run_dir: str, length: int, back: int, trials: int, seed: int = 0) -> tuple[list, list]:
+def slot_ranks(model: torch.nn.Module, length: int, back: int, trials: int, seed: int = 0) -> tuple[list, list]:
     """Per answer digit of every trial: ([H] rank of the key's slot, [H] its weight in the read)."""
-    _, model = load_trained(run_dir)
     knn = knn_layer_of(model)
-    tau = knn.log_scale.exp()  # [H]
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []  # per model call: (q̂ [H, N, D], store keys [F, H, D])
     plain_read = knn.read
 
@@ -42,28 +40,31 @@ def slot_ranks(run_dir: str, length: int, back: int, trials: int, seed: int = 0)
         seen.append((memorizing.l2_normalise(q.float())[0], memorizing.filled(store)["k"][0].clone()))
         return plain_read(q, store)
 
-    knn.read = recording_read  # this instance only
+    knn.read = recording_read  # this instance only, until the end
+    tau = knn.log_scale.exp()  # [H]
     n = model.cfg.segment_len
     gen = torch.Generator().manual_seed(seed)
     ranks, weights = [], []
-    for _ in range(trials):
-        key = random_key(gen, 5)
-        prompt = passkey_prompt_back(length, back, key, n, gen)
-        text = prompt.prompt + b" " + key.encode()  # teacher-forced answer: " " then the digits
-        first = prompt.prompt.find(key.encode())  # the key sentence's first digit (byte = store slot)
-        seen.clear()
-        StreamingDecoder(model, 1, segments_per_call=1).feed(bytes_to_tensor(text)[None])
-        for i in range(len(key)):
-            query, target = len(prompt.prompt) + i, first + i  # at " " (or digit i) the next is digit i
-            q_hat, keys = seen[query // n]
-            if target >= keys.shape[0]:
-                raise ValueError(f"the key's slot {target} is not in the store yet ({keys.shape[0]} filled)")
-            sims = torch.einsum("hd,chd->hc", q_hat[:, query % n], keys)  # [H, F]
-            ranks.append((sims > sims[:, target:target + 1]).sum(1).tolist())
-            top = sims.topk(min(knn.cfg.top_k, sims.shape[1]), dim=1)
-            read = torch.softmax(top.values * tau[:, None], dim=1)  # [H, k]
-            weights.append((read * (top.indices == target)).sum(1).tolist())
-    knn.read = plain_read
+    try:
+        for _ in range(trials):
+            key = random_key(gen, 5)
+            prompt = passkey_prompt_back(length, back, key, n, gen)
+            text = prompt.prompt + b" " + key.encode()  # teacher-forced answer: " " then the digits
+            first = prompt.prompt.find(key.encode())  # the key sentence's first digit (byte = store slot)
+            seen.clear()
+            StreamingDecoder(model, 1, segments_per_call=1).feed(bytes_to_tensor(text)[None])
+            for i in range(len(key)):
+                query, target = len(prompt.prompt) + i, first + i  # at " " (or digit i) the next is digit i
+                q_hat, keys = seen[query // n]
+                if target >= keys.shape[0]:
+                    raise ValueError(f"the key's slot {target} is not in the store yet ({keys.shape[0]} filled)")
+                sims = torch.einsum("hd,chd->hc", q_hat[:, query % n], keys)  # [H, F]
+                ranks.append((sims > sims[:, target:target + 1]).sum(1).tolist())
+                top = sims.topk(min(knn.cfg.top_k, sims.shape[1]), dim=1)
+                read = torch.softmax(top.values * tau[:, None], dim=1)  # [H, k]
+                weights.append((read * (top.indices == target)).sum(1).tolist())
+    finally:
+        knn.read = plain_read
     return ranks, weights
 
 
@@ -75,8 +76,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=4)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    ranks, weights = slot_ranks(args.run, args.length, args.back, args.trials)
-    knn = knn_layer_of(load_trained(args.run)[1])
+    _, model = load_trained(args.run)
+    ranks, weights = slot_ranks(model, args.length, args.back, args.trials)
+    knn = knn_layer_of(model)
     r, w = torch.tensor(ranks, dtype=torch.float), torch.tensor(weights)
     print(f"{args.run}: length {args.length}, key {args.back} segments back, {len(ranks)} answer digits")
     print("gate sigmoid(b):", [round(g, 2) for g in knn.gate_values().tolist()])

@@ -27,9 +27,10 @@ Choices where the paper is silent (also in registry/memorizing.yaml):
   backbone's raw queries/keys (1/sqrt(d) scaling); the memory path compares unit vectors and
   multiplies the cosine by a learned per-head temperature τ_h = exp(log_scale_h), initialised to
   sqrt(d_head) (`scale_init=None`), the typical size of q·k/sqrt(d) for unnormalised vectors.
-  Its learning-rate multiplier `scale_lr_mult` (1 by default) lets τ leave its init within a short
-  fine-tune: at τ = 5.7 a softmax over 32 neighbours is near uniform, so a key ranked first
-  still gets ~4% of the read (measured on a passkey, experiments/longrange/README.md).
+  Its learning-rate multiplier `scale_lr_mult` (1 by default) lets τ move within a short fine-tune
+  (at τ = 5.7 a softmax over 32 near-tied neighbours is close to uniform). On the passkey it did
+  not help: the key's slot was not ranked first, so a sharper read only sharpened onto the wrong
+  slots (README, "Long-range retrieval", experiment 7).
 * The store holds the L2-normalised keys (what the search compares) and the raw values.
 * A query with no valid slot to retrieve (the first segment of a document) reads A_mem = 0, so
   its output is (1 − sigmoid(b)) A_dot, as Infini's `first_read=zeros`. With fewer valid slots
@@ -73,7 +74,7 @@ class MemorizingConfig:
     gate_lr_mult: float = 1.0  # learning-rate multiplier for b
     gate_weight_decay: float = 0.0  # weight decay on b (decay pulls gates to 0.5)
     scale_init: Optional[float] = None  # memory-path temperature τ at init; None: sqrt(d_head)
-    scale_lr_mult: float = 1.0  # learning-rate multiplier for log τ (a passkey needs τ far above its init)
+    scale_lr_mult: float = 1.0  # learning-rate multiplier for log τ (no weight decay)
     knn_backend: str = "exact"  # exact (matrix product + top-k) | faiss (optional package)
 
 
