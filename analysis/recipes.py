@@ -147,7 +147,8 @@ def longrange_table(df: pd.DataFrame, task: str = "passkey", reset: Optional[boo
     """Long-range rows (memzoo passkey / recall, suite `longrange` stages) in long form: one row per
     (run, length, depth), from the `passkey_json` / `recall_json` column (or a `passkey` list).
     reset: False (default) the plain rows, True the memory-reset ablation's (`reset_after_key`),
-    None both. Each row carries its run's `gates_json` where the run has one."""
+    None both. Each row carries its run's `seed` and `gates_json` (where the run has one); the seed
+    that drew the row's prompts is `prompt_seed`."""
     rows = []
     for _, r in df.iterrows():
         cell = r.get(f"{task}_json", r.get(task))
@@ -156,7 +157,9 @@ def longrange_table(df: pd.DataFrame, task: str = "passkey", reset: Optional[boo
         gates = {"gates_json": r["gates_json"]} if isinstance(r.get("gates_json"), str) else {}
         for item in json.loads(cell) if isinstance(cell, str) else cell:
             if reset is None or bool(item.get("reset_after_key", False)) == reset:
-                rows.append({"method": r["method"], "seed": r.get("seed", 0), **item, **gates})
+                # the row's own "seed" draws its prompts; the run's seed is what intervals over seeds group by
+                prompts = {"prompt_seed": item["seed"]} if "seed" in item else {}
+                rows.append({**item, **prompts, "method": r["method"], "seed": r.get("seed", 0), **gates})
     out = pd.DataFrame(rows)
     if out.empty:
         return pd.DataFrame(columns=LONGRANGE_COLUMNS)

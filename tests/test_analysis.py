@@ -68,6 +68,10 @@ def test_passkey_recipes_read_json_rows_and_mark_out_of_budget() -> None:
     axes = cost_vs_length(df)
     assert axes[0].get_xscale() == "log" and len(axes[0].get_lines()) >= 2
     assert longrange_table(pd.DataFrame([{"method": "local", "seed": 0}])).empty
+    # a passkey row's own "seed" (the one that drew its prompts) never hides its run's seed
+    seeded = json.dumps([{**json.loads(rows(True))[0], "seed": 0}])
+    two = longrange_table(pd.DataFrame([{"method": "rmt", "seed": s, "passkey_json": seeded} for s in (0, 1)]))
+    assert two["seed"].tolist() == [0, 1] and two["prompt_seed"].tolist() == [0, 0]
     assert passkey_heatmaps(pd.DataFrame([{"method": "local", "seed": 0}])) is None
 
 
