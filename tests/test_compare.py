@@ -239,7 +239,7 @@ def test_bad_longrange_stage_fails_before_training(tmp_path: Path) -> None:
     assert not (tmp_path / "results" / "tiny" / "runs").exists()
 
 
-@pytest.mark.parametrize("name", ["quick", "presets", "paper-gpu", "longrange", "longrange-gpu", "longrange-curriculum",
+@pytest.mark.parametrize("name", ["quick", "presets", "paper-gpu", "longrange", "longrange-gpu", "longrange-answer-only",
                                   "capacity"])
 def test_shipped_suites_expand(name: str) -> None:
     """Every shipped suite resolves into valid run configs (and long-range stages) for every method
@@ -264,3 +264,18 @@ def test_shipped_suites_expand(name: str) -> None:
             assert max(max(c.task.lengths) for s in specs for c in s.chain[1:]) <= 2048
     else:
         assert all(s.pretrain is None for s in specs) and stages == []
+
+
+def test_longrange_default_is_the_curriculum() -> None:
+    """The shipped `longrange` suite is issue 10's recipe: stages over a growing key gap that all keep
+    gap 0, the corpus loss mixed in, no weight decay, and every example inside one BPTT block."""
+    suite = load_suite("longrange")
+    for spec in expand(suite):
+        stages = spec.chain[1:]  # the fine-tuning stages, after pretraining
+        assert len(stages) >= 3, spec.name
+        gaps = [max(c.task.key_segments_back) for c in stages]
+        assert gaps == sorted(gaps) and gaps[0] == 0 and gaps[-1] >= 7, (spec.name, gaps)
+        for c in stages:
+            assert 0 in c.task.key_segments_back and c.task.lm_fraction > 0 and c.train.weight_decay == 0
+            assert c.train.bptt_segments * c.model.segment_len >= max(c.task.lengths), (spec.name, c.name)
+    assert len(suite.seeds) >= 2  # differences carry intervals over seeds
