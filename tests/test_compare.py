@@ -266,10 +266,11 @@ def test_shipped_suites_expand(name: str) -> None:
         assert all(s.pretrain is None for s in specs) and stages == []
 
 
-def test_longrange_default_is_the_curriculum() -> None:
-    """The shipped `longrange` suite is issue 10's recipe: stages over a growing key gap that all keep
-    gap 0, the corpus loss mixed in, no weight decay, and every example inside one BPTT block."""
-    suite = load_suite("longrange")
+@pytest.mark.parametrize("name", ["longrange", "longrange-gpu"])
+def test_longrange_suites_are_the_curriculum(name: str) -> None:
+    """The shipped long-range suites follow issue 10's recipe: stages over a growing key gap that all
+    keep gap 0, the corpus loss mixed in, no weight decay, and every example inside one BPTT block."""
+    suite = load_suite(name)
     for spec in expand(suite):
         stages = spec.chain[1:]  # the fine-tuning stages, after pretraining
         assert len(stages) >= 3, spec.name
