@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from memzoo.analysis.recipes import _length_label, longrange_table
-from memzoo.analysis.stats import t_errorbar, wilson_interval
+from memzoo.analysis.stats import wilson_interval
 
 PASSKEY_INTERVAL = "95% Wilson score interval over the pooled keys (all depths, trials and seeds of a length)"
 
@@ -127,8 +127,10 @@ def answer_loss_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def answer_loss_curves(df: pd.DataFrame, ax=None):
     """The task's training loss on the answer bytes (bits per byte) over the fine-tuning steps, one
-    line per method (95% t interval over seeds); dotted lines mark where a curriculum stage starts.
-    Returns the Axes, or None when the table has no fine-tuning."""
+    line per run (colour: method), not a band: seeds that learn at different steps (or not at all)
+    average into a curve no run followed, and a t interval over two seeds spans ±12 standard errors.
+    Dotted lines mark where a curriculum stage starts. Returns the Axes, or None when the table
+    has no fine-tuning."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -136,7 +138,7 @@ def answer_loss_curves(df: pd.DataFrame, ax=None):
     if data.empty:
         return None
     ax = ax or plt.subplots(figsize=(7, 4))[1]
-    sns.lineplot(data=data, x="step", y="train_bpb", hue="method", errorbar=t_errorbar, ax=ax)
+    sns.lineplot(data=data, x="step", y="train_bpb", hue="method", units="seed", estimator=None, linewidth=1, ax=ax)
     first = data[data["seed"] == data["seed"].min()]
     starts = first.groupby("stage")["step"].min().sort_index().tolist()[1:]
     for step in sorted(set(starts)):

@@ -197,3 +197,18 @@ def test_the_report_has_the_long_range_diagnostics(rows, tmp_path: Path) -> None
     assert "| a | 1 | 1.000 | 4 | 0.000 | 4 |" in section and "| b | 0 | 0.000 | 4 | 0.000 | 4 |" in section
     assert "| a | 4.000 | 4.200 | 1.050 |" in text
     assert "| a | 2 | 0.500 | 0.500 | 0.500 | 0.500 |" in text  # gates: 2 heads, before, after, <0.1, >0.9
+
+
+def test_answer_loss_curves_draw_each_run_not_a_mean() -> None:
+    """Two seeds, one that learns and one that does not: each keeps its own line (a mean over seeds
+    would draw a curve neither followed), and the stage boundary is marked."""
+    from memzoo.analysis import answer_loss_curves
+
+    curves = {0: [2.4, 2.4, 2.4, 2.4], 1: [2.4, 1.0, 0.1, 0.0]}
+    table = pd.DataFrame([{"method": "rmt", "seed": seed, "answer_loss_json": json.dumps(
+        [{"step": s + 1, "stage": 1 + (s >= 2), "train_bpb": v} for s, v in enumerate(values)])}
+        for seed, values in curves.items()])
+    ax = answer_loss_curves(table)
+    drawn = sorted(tuple(line.get_ydata()) for line in ax.get_lines() if line.get_linestyle() == "-" and len(line.get_ydata()))
+    assert drawn == sorted(tuple(v) for v in curves.values())
+    assert [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"] == [3]

@@ -30,7 +30,7 @@ FIGURES = {
     "passkey": "Passkey accuracy by prompt length and key depth (oob: out of the time or memory budget)",
     "passkey_length": "Passkey accuracy against prompt length, depths pooled (95% Wilson interval over the pooled keys; "
                       "dashed: the memory reset after the key's segment)",
-    "answer_loss": "Answer loss (bits per byte) over the fine-tuning steps; dotted lines: curriculum stages",
+    "answer_loss": "Answer loss (bits per byte) over the fine-tuning steps, one line per run; dotted lines: curriculum stages",
     "length_cost": "Peak resident memory and streaming throughput against prompt length (passkey streams)",
 }
 
