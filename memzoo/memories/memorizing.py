@@ -30,7 +30,7 @@ Choices where the paper is silent (also in registry/memorizing.yaml):
   Its learning-rate multiplier `scale_lr_mult` (1 by default) lets τ move within a short fine-tune
   (at τ = 5.7 a softmax over 32 near-tied neighbours is close to uniform). On the passkey it did
   not help: the key's slot was not ranked first, so a sharper read only sharpened onto the wrong
-  slots (README, "Long-range retrieval", experiment 7).
+  slots (experiments/longrange/README.md, experiment 7).
 * The store holds the L2-normalised keys (what the search compares) and the raw values.
 * A query with no valid slot to retrieve (the first segment of a document) reads A_mem = 0, so
   its output is (1 − sigmoid(b)) A_dot, as Infini's `first_read=zeros`. With fewer valid slots
