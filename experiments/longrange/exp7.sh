@@ -8,6 +8,8 @@
 #   digits  Memorizing from mem-c: 1-digit keys (mem-d), then 2 (mem-e), then 5 (mem-f), keys 0-7
 #           segments back, each evaluated (and mem-d, mem-f with the memory-reset ablation);
 #   more    250 more steps at 5 digits (mem-g);
+#   order   the digits' order: 500 steps at 2 digits from mem-e (mem-h), then 300 at 5 (mem-i);
+#   three   400 steps at 3 digits from mem-h (mem-j);
 #   full    the full control of exp8-controls.yaml, 250 more steps at 0-7 back.
 set -e
 C="train.lr=0.001 train.warmup_steps=20 train.weight_decay=0.0 train.log_every=10 train.checkpoint_every=50
@@ -42,10 +44,23 @@ more)  # after digits and experiments/longrange/exp8-controls.yaml (its runs in 
   memzoo train memorizing $M memory.scale_init=32 name=mem-g task.key_digits=5 task.init_from=results/exp7/mem-f \
       train.steps=250 $GAPS $C
   memzoo passkey results/exp7/mem-g --lengths 1180,4096 --trials 4 $P ;;
+order)  # after digits: mem-e's 2-digit answer loss was still falling when its 150 steps ended
+  M="$M memory.scale_init=32"
+  memzoo train memorizing $M name=mem-h task.key_digits=2 task.init_from=results/exp7/mem-e train.steps=500 $GAPS $C
+  memzoo passkey results/exp7/mem-h --key-digits 2 --lengths 1180,4096,32768 --trials 4 $P
+  memzoo passkey results/exp7/mem-h --key-digits 2 --lengths 1180,4096,32768 --trials 4 --reset-after-key $P
+  memzoo train memorizing $M name=mem-i task.key_digits=5 task.init_from=results/exp7/mem-h train.steps=300 $GAPS $C
+  memzoo passkey results/exp7/mem-i --lengths 1180,4096,32768 --trials 4 $P
+  memzoo passkey results/exp7/mem-i --lengths 1180,4096,32768 --trials 4 --reset-after-key $P ;;
+three)  # after order: 5 digits straight from 2 did not keep the order
+  M="$M memory.scale_init=32"
+  memzoo train memorizing $M name=mem-j task.key_digits=3 task.init_from=results/exp7/mem-h train.steps=400 $GAPS $C
+  memzoo passkey results/exp7/mem-j --key-digits 3 --lengths 1180,4096,32768 --trials 4 $P
+  memzoo passkey results/exp7/mem-j --key-digits 3 --lengths 1180,4096 --trials 4 --reset-after-key $P ;;
 full)  # 250 more steps for the full control (the README's run was stopped at its step-250 checkpoint)
   memzoo train full name=full-more task.key_digits=5 task.init_from=results/exp8/longrange-controls/runs/full-s0 \
       train.steps=250 $GAPS $C
   memzoo passkey results/exp7/full-more --lengths 668,1180 --trials 4 $P ;;
 *)
-  echo "usage: exp7.sh rmt|tau|digits|more|full" >&2; exit 2 ;;
+  echo "usage: exp7.sh rmt|tau|digits|more|order|three|full" >&2; exit 2 ;;
 esac
