@@ -16,6 +16,7 @@ not).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import torch
 
@@ -44,6 +45,8 @@ def key_share(run_dir: str, length: int, trials: int, seed: int = 0) -> tuple[to
         return out
 
     for i, layer in enumerate(layers):
+        # the per-segment loop calls `retrieve`; the linear rule's vectorised path (same values) does not
+        layer.cfg = dataclasses.replace(layer.cfg, vectorized=False)
         plain = layer.forward
 
         def recording(x, state, i=i, plain=plain):
