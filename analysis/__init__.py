@@ -4,8 +4,8 @@
     df = load_results("runs")            # every run folder's result.json under runs/
     footprint_vs_bpb(df).figure.savefig("footprint.png")
 
-Every interval is the 95% t interval of the mean over seeds; every "differs" is Welch's t-test
-(memzoo.analysis.stats states both).
+Every interval is the 95% t interval of the mean over seeds; every "differs" is a paired t-test over
+seeds (Welch's where no seed is shared); memzoo.analysis.stats states them.
 """
 from memzoo.analysis.capacity import (best_lr, capacity_curves, capacity_table, capacity_thresholds,
                                       is_capacity_table, pareto_front)
@@ -14,6 +14,10 @@ from memzoo.analysis.recipes import (
     cost_vs_length,
     cost_per_method,
     footprint_vs_bpb,
+    footprint_vs_gain,
+    gain_by_segment,
+    memory_gain,
+    segment_differences,
     gate_heatmaps,
     gate_table,
     length_cost_table,
@@ -26,11 +30,13 @@ from memzoo.analysis.recipes import (
 from memzoo.analysis.longrange import (accuracy_by_key_segment, answer_loss_curves, answer_loss_table, gate_summary,
                                        lm_before_after, passkey_by_length, passkey_length_curves,
                                        recall_generalisation)
-from memzoo.analysis.stats import compare_groups, mean_interval, welch_p, wilson_interval
+from memzoo.analysis.stats import (bootstrap_versus, compare_groups, mean_interval, paired_bootstrap, paired_t, welch_p,
+                                   wilson_interval)
 
 __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb", "bpb_by_segment",
            "cost_per_method", "gate_table", "gate_heatmaps", "longrange_table", "passkey_heatmaps", "cost_vs_length",
            "length_cost_table", "capacity_table", "capacity_thresholds", "capacity_curves", "best_lr", "pareto_front",
            "is_capacity_table", "compare_groups", "mean_interval", "welch_p", "wilson_interval", "passkey_by_length",
-           "passkey_length_curves", "accuracy_by_key_segment", "answer_loss_table", "answer_loss_curves",
+           "passkey_length_curves", "footprint_vs_gain", "gain_by_segment", "memory_gain", "segment_differences",
+           "paired_t", "paired_bootstrap", "bootstrap_versus", "accuracy_by_key_segment", "answer_loss_table", "answer_loss_curves",
            "lm_before_after", "gate_summary", "recall_generalisation"]

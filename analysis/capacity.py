@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis.stats import compare_groups, t_halfwidth
+from memzoo.analysis.stats import REFERENCE, bootstrap_versus, compare_groups, t_halfwidth
 
 FACETS = ["pairs", "gap_segments"]
 REQUIRED = ["method", "seed", "footprint_measured", "pairs", "gap_segments", "recall_accuracy"]
@@ -49,8 +49,9 @@ def best_lr(df: pd.DataFrame, value: str = "recall_accuracy") -> pd.DataFrame:
 
 def capacity_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per cell (best lr): state, runs, accuracy mean with 95% t interval, the reset ablation and
-    chance, and Welch tests within each (pairs, gap) against `local` (all its cells pooled) and
-    against the most accurate cell. Sorted by pairs, gap, method, state."""
+    chance, and tests within each (pairs, gap) against `local` (all its cells pooled) and against the
+    most accurate cell: paired by seed (memzoo.analysis.stats), with the per-example paired bootstrap
+    against `local` where the rows carry recall_hits_by_example. Sorted by pairs, gap, method, state."""
     data = best_lr(df)
     data = data.assign(**{c: np.nan for c in ("lr", "recall_accuracy_reset", "recall_chance", "recall_accuracy_within")
                           if c not in data})
@@ -63,6 +64,11 @@ def capacity_table(df: pd.DataFrame) -> pd.DataFrame:
             lr=("lr", "first"), reset=("recall_accuracy_reset", "mean"),
             reset_ci=("recall_accuracy_reset", t_halfwidth), chance=("recall_chance", "mean"),
             within=("recall_accuracy_within", "mean")).reset_index(drop=True)
+        local = facet[facet["method"] == REFERENCE]
+        boot = [bootstrap_versus(cell, local, "recall_hits_by_example", "recall_queries_by_example")
+                if not local.empty and not (cell["method"] == REFERENCE).all() else (np.nan,) * 4
+                for _, cell in facet.groupby(keys, dropna=False, sort=False)]
+        extra["boot_lo_vs_local"], extra["boot_hi_vs_local"], extra["boot_p_vs_local"] = zip(*[b[1:] for b in boot])
         parts.append(pd.concat([acc, extra], axis=1))
     out = pd.concat(parts, ignore_index=True).rename(columns={"footprint_measured": "state"})
     order = ["pairs", "gap_segments", "method", "state"]

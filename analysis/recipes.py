@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis.stats import compare_groups, t_errorbar
+from memzoo.analysis.stats import REFERENCE, bootstrap_versus, compare_groups, paired_differences, paired_t, per_seed, t_errorbar
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -68,21 +68,130 @@ def bpb_by_segment(df: pd.DataFrame, ax=None, max_segment: Optional[int] = None)
 _COST_COLUMNS = ("params", "footprint_measured", "tokens_per_s", "train_tokens_per_s", "peak_rss_mb")
 
 
-def summary_table(df: pd.DataFrame, bpb: str = "valid_bpb") -> pd.DataFrame:
+def summary_table(df: pd.DataFrame, bpb: str = "valid_bpb", paired: bool = True) -> pd.DataFrame:
     """One row per method (and grid point), best first: parameters, footprint, bits per byte as the
-    mean over seeds with its 95% t interval (`bpb_ci` = half-width, `bpb_lo`/`bpb_hi`), Welch tests
-    against `local` and against the best (`diff_vs_*`, `p_vs_*`, `sig_vs_*`; see memzoo.analysis.stats),
-    throughput and peak memory. Columns the table lacks come out NaN."""
-    keys = ["method"] + [c for c in df.columns if c.startswith("grid_")]
+    mean over seeds with its 95% t interval (`bpb_ci` = half-width, `bpb_lo`/`bpb_hi`), the
+    differences from `local` and from the best with their intervals and tests (`diff_vs_*`,
+    `ci_vs_*`, `p_vs_*`, `sig_vs_*`, `n_vs_*`: paired by seed unless paired=False; see
+    memzoo.analysis.stats), the per-document paired bootstrap against `local` (`boot_lo_vs_local`,
+    `boot_hi_vs_local`, `boot_p_vs_local`, where the rows carry bits_by_doc), throughput and peak
+    memory. Columns the table lacks come out NaN."""
+    keys = _group_keys(df)
     data = df.assign(**{c: np.nan for c in [bpb, *_COST_COLUMNS] if c not in df.columns})
-    stats = compare_groups(data, keys, bpb, higher_is_better=False).rename(
+    stats = compare_groups(data, keys, bpb, higher_is_better=False, paired=paired).rename(
         columns={"n": "runs", "mean": "bpb_mean", "ci": "bpb_ci", "lo": "bpb_lo", "hi": "bpb_hi"})
     stats["runs"] = data.groupby(keys, dropna=False, sort=False)["seed"].count().to_numpy()
+    boot = [_bootstrap_vs_local(data, sub, "bits_by_doc", "tokens_by_doc")
+            for _, sub in data.groupby(keys, dropna=False, sort=False)]
+    stats["boot_lo_vs_local"], stats["boot_hi_vs_local"], stats["boot_p_vs_local"] = zip(*[b[1:] for b in boot])
     cost = data.groupby(keys, dropna=False, sort=False)[list(_COST_COLUMNS)].mean().reset_index(drop=True)
     cost = cost.rename(columns={"footprint_measured": "footprint"})
     out = pd.concat([stats[keys + ["runs"]], cost[["params", "footprint"]],
                      stats.drop(columns=keys + ["runs"]), cost.drop(columns=["params", "footprint"])], axis=1)
     return out.sort_values("bpb_mean").reset_index(drop=True)
+
+
+def _group_keys(df: pd.DataFrame) -> list[str]:
+    return ["method"] + [c for c in df.columns if c.startswith("grid_")]
+
+
+def _bootstrap_vs_local(df: pd.DataFrame, runs: pd.DataFrame, units: str, weights: str) -> tuple[float, ...]:
+    """(observed, lo, hi, p) of `runs` against the `local` runs by the paired bootstrap; NaN for local itself."""
+    local = df[df["method"] == REFERENCE]
+    if local.empty or (runs["method"] == REFERENCE).all():
+        return (float("nan"),) * 4
+    return bootstrap_versus(runs, local, units, weights)
+
+
+def _bits_after(row: pd.Series, first: int) -> tuple[float, float]:
+    """(bits, tokens) of a run's evaluation over segments >= first (token-weighted; equal weights
+    when the row predates tokens_by_segment)."""
+    bpb = np.asarray(row["bpb_by_segment"], dtype=float)
+    tokens = row.get("tokens_by_segment")
+    w = np.asarray(tokens, dtype=float) if isinstance(tokens, (list, tuple, np.ndarray)) else np.ones_like(bpb)
+    return float((bpb[first:] * w[first:]).sum()), float(w[first:].sum())
+
+
+def memory_gain(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
+    """Per method (and grid point): bits per byte over segments >= `first_segment` (where a memory
+    can have been read), its paired difference from `local` at each seed with the 95% t interval and
+    p-value, beside the difference over the whole document. A memory can only help after its first
+    segment; this is where to look for what it buys."""
+    keys = _group_keys(df)
+    data = df[df["bpb_by_segment"].map(lambda v: isinstance(v, (list, tuple, np.ndarray)) and len(v) > first_segment)]
+    data = data.assign(bpb_after=[b / max(t, 1e-12) for b, t in (_bits_after(r, first_segment) for _, r in data.iterrows())])
+    local = data[data["method"] == REFERENCE]
+    rows = []
+    for key, sub in data.groupby(keys, dropna=False, sort=False):
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        row["runs"], row["bpb_after"] = len(sub), float(sub["bpb_after"].mean())
+        for col, name in (("bpb_after", "after"), ("valid_bpb", "all")):
+            if local.empty or row["method"] == REFERENCE or col not in sub:
+                mean = half = p = float("nan")
+                n = 0
+            else:
+                d = paired_differences(per_seed(sub[col], sub["seed"]), per_seed(local[col], local["seed"]))
+                (mean, half, p), n = paired_t(d), len(d)
+            row[f"diff_{name}_vs_local"], row[f"ci_{name}_vs_local"], row[f"p_{name}_vs_local"] = mean, half, p
+            row[f"n_{name}_vs_local"] = n
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    return out.sort_values("diff_after_vs_local", na_position="first").reset_index(drop=True) if not out.empty else out
+
+
+def segment_differences(df: pd.DataFrame) -> pd.DataFrame:
+    """Per method and segment index: the paired difference from `local` in bits per byte at that
+    segment (mean over seeds, 95% t half-width `ci`, p-value, seeds paired `n`)."""
+    long = long_by_segment(df)
+    local = long[long["method"] == REFERENCE]
+    rows = []
+    for (method, seg), sub in long[long["method"] != REFERENCE].groupby(["method", "segment"], sort=True):
+        ref = local[local["segment"] == seg]
+        d = paired_differences(per_seed(sub["bpb"], sub["seed"]), per_seed(ref["bpb"], ref["seed"]))
+        mean, half, p = paired_t(d)
+        rows.append({"method": method, "segment": int(seg), "diff": mean, "ci": half, "p": p, "n": len(d)})
+    return pd.DataFrame(rows, columns=["method", "segment", "diff", "ci", "p", "n"])
+
+
+def gain_by_segment(df: pd.DataFrame, ax=None):
+    """The paired difference from `local` in bits per byte against the segment index, one line per
+    method with a band of its 95% paired interval: below 0, the memory helps at that segment."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(7, 4.5))[1]
+    table = segment_differences(df)
+    for method, sub in table.groupby("method", sort=True):
+        line = ax.plot(sub["segment"], sub["diff"], marker="o", markersize=3, label=method)[0]
+        ci = sub["ci"].fillna(0.0)
+        ax.fill_between(sub["segment"], sub["diff"] - ci, sub["diff"] + ci, color=line.get_color(), alpha=0.15)
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xlabel("segment index within document")
+    ax.set_ylabel("bpb − local's at the same seed (paired; 95% t)")
+    ax.legend(fontsize=8, ncol=2)
+    return ax
+
+
+def footprint_vs_gain(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
+    """The headline figure: state per sequence (log) against the paired difference from `local` in
+    bits per byte with its 95% paired interval. Below the zero line a memory buys something; left is
+    cheaper. Methods without state are drawn at 1 so the log axis shows them."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(7, 4.5))[1]
+    table = summary_table(df, bpb)
+    table = table[table["method"] != REFERENCE]
+    markers = "osD^v<>pPX*h"
+    for i, (_, r) in enumerate(table.iterrows()):
+        x = max(float(r["footprint"]), 1.0)
+        yerr = None if r["ci_vs_local"] != r["ci_vs_local"] else [[r["ci_vs_local"]], [r["ci_vs_local"]]]
+        ax.errorbar([x], [r["diff_vs_local"]], yerr=yerr, fmt=markers[i % len(markers)], capsize=3,
+                    label=r["method"] + ("" if not r.get("sig_vs_local") else " *"))
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("state per sequence (numbers, log)")
+    ax.set_ylabel(f"{bpb.replace('_', ' ')} − local's (paired by seed; 95% t)")
+    ax.legend(fontsize=8, ncol=2, title="* differs from local (Holm)", title_fontsize=8)
+    return ax
 
 
 def cost_per_method(df: pd.DataFrame, axes=None):

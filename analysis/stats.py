@@ -1,9 +1,17 @@
 """Statistics over seeds, stated once and used by every table and figure.
 
 - Interval: the mean over seeds ± t_{0.975, n-1} · sd / √n (Student's t over seeds, 95%).
-- "A differs from B": Welch's two-sided t-test over the two sets of seeds (unequal variances),
-  at α = 0.05 after Holm's correction within each family of comparisons (every method against
-  `local`; every method against the best).
+- "A differs from B", paired (the default wherever both have runs at the same seeds): at a seed
+  every method starts from the same backbone weights and sees the same batches (common random
+  numbers, `model.init_streams=split`), so the difference is taken within each seed and the
+  per-seed differences get a one-sample t interval and a two-sided t-test (n - 1 degrees of
+  freedom, n the seeds both have). What the seed shares cancels.
+- Unpaired (`paired=False`, or no seed in common): Welch's two-sided t-test over the two sets of
+  seeds (unequal variances), and the Welch interval of the difference of means.
+- Either way at α = 0.05 after Holm's correction within each family of comparisons (every method
+  against `local`; every method against the best).
+- A second, seed-free interval: the per-document (or per-example) paired bootstrap, which resamples
+  the evaluation units that every method scored alike (`paired_bootstrap`).
 - With fewer than two seeds on either side there is no interval (NaN) and nothing is significant.
 """
 from __future__ import annotations
@@ -19,6 +27,12 @@ ALPHA = 0.05
 REFERENCE = "local"  # the floor every method is tested against
 INTERVAL = "95% interval: mean ± t over seeds (Student's t, n - 1 degrees of freedom)"
 TEST = "significance: Welch's two-sided t-test over seeds, α = 0.05, Holm-corrected per family"
+PAIRED_TEST = ("differences paired by seed (same backbone initialisation and batches at a seed): mean of the per-seed "
+               "differences ± the 95% t interval, two-sided paired t-test, α = 0.05, Holm-corrected per family")
+UNPAIRED_TEST = ("differences unpaired: difference of means ± the 95% Welch interval, Welch's two-sided t-test, "
+                 "α = 0.05, Holm-corrected per family")
+BOOTSTRAP = ("per-document paired bootstrap: the evaluation documents resampled with replacement (the same draw for "
+             "every seed), the difference of bits per byte recomputed, mean over seeds; 95% percentile interval")
 
 
 def _values(x: Iterable[float]) -> np.ndarray:
@@ -71,6 +85,72 @@ def welch_p(a: Iterable[float], b: Iterable[float]) -> float:
     return float(2 * stats.t.sf(abs(t), df))
 
 
+def welch_halfwidth(a: Iterable[float], b: Iterable[float], level: float = LEVEL) -> float:
+    """Half-width of the Welch interval of mean(a) - mean(b): t_{df} · √(s_a²/n_a + s_b²/n_b),
+    Welch–Satterthwaite df; NaN below two values a side (0 when neither side has spread)."""
+    from scipy import stats
+
+    x, y = _values(a), _values(b)
+    if len(x) < 2 or len(y) < 2:
+        return float("nan")
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    if vx + vy == 0:
+        return 0.0
+    df = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
+    return float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(vx + vy))
+
+
+def per_seed(values: pd.Series, seeds: pd.Series) -> pd.Series:
+    """`values` indexed by seed (several runs at one seed, e.g. a grid, are averaged), NaNs dropped."""
+    frame = pd.DataFrame({"seed": np.asarray(seeds), "v": np.asarray(values, dtype=float)}).dropna()
+    return frame.groupby("seed")["v"].mean()
+
+
+def paired_differences(a: pd.Series, b: pd.Series) -> np.ndarray:
+    """a - b at every seed both have (a and b indexed by seed, as `per_seed` gives)."""
+    common = a.index.intersection(b.index)
+    return (a.loc[common] - b.loc[common]).to_numpy(dtype=float)
+
+
+def paired_t(diffs: Iterable[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean, half-width, p) of per-seed differences: the one-sample t interval and two-sided t-test
+    of mean 0. No spread: p = 0 if the mean is not 0, else 1; fewer than two pairs: NaN."""
+    from scipy import stats
+
+    d = _values(diffs)
+    if len(d) < 2:
+        return (float(d.mean()) if len(d) else float("nan")), float("nan"), float("nan")
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0:
+        return mean, 0.0, (0.0 if mean != 0 else 1.0)
+    t = mean / (sd / math.sqrt(len(d)))
+    return mean, t_halfwidth(d, level), float(2 * stats.t.sf(abs(t), len(d) - 1))
+
+
+def paired_bootstrap(units_a: Sequence[Sequence[float]], units_b: Sequence[Sequence[float]],
+                     weights: Sequence[Sequence[float]], n_boot: int = 2000, seed: int = 0,
+                     level: float = LEVEL) -> tuple[float, float, float, float]:
+    """A paired bootstrap over evaluation units that two methods scored alike (documents, examples).
+
+    units_a, units_b: per seed, each unit's summed score (bits of a document; hits of an example);
+    weights: per seed, each unit's size (its tokens; its queries), the same for both methods.
+    The statistic is the mean over seeds of Σ a / Σ w - Σ b / Σ w (a difference of bits per byte,
+    or of accuracy). Units are resampled with replacement, one draw per replicate shared by every
+    seed. Returns (observed, lo, hi, p): the percentile interval at `level` and the two-sided
+    bootstrap p = 2 min(P(d* <= 0), P(d* >= 0)) (floored at 1 / n_boot).
+    """
+    a, b, w = (np.asarray(x, dtype=float) for x in (units_a, units_b, weights))  # [seeds, units]
+    if a.ndim != 2 or a.shape != b.shape or a.shape != w.shape or a.shape[1] == 0:
+        raise ValueError(f"paired_bootstrap needs [seeds, units] arrays of one shape; got {a.shape}, {b.shape}, {w.shape}")
+    observed = float(np.mean((a - b).sum(1) / w.sum(1)))
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(a.shape[1], np.full(a.shape[1], 1.0 / a.shape[1]), size=n_boot)  # [n_boot, units]
+    rep = ((counts @ (a - b).T) / np.maximum(counts @ w.T, 1e-300)).mean(1)  # [n_boot]
+    lo, hi = np.quantile(rep, [(1 - level) / 2, (1 + level) / 2])
+    p = min(1.0, 2 * min(float((rep <= 0).mean()), float((rep >= 0).mean())))
+    return observed, float(lo), float(hi), max(p, 1.0 / n_boot)
+
+
 def holm(p: Sequence[float], alpha: float = ALPHA) -> list[bool]:
     """Holm's step-down correction: which of the p-values are significant at family-wise `alpha` (NaN: never)."""
     p = [float(v) for v in p]
@@ -84,35 +164,89 @@ def holm(p: Sequence[float], alpha: float = ALPHA) -> list[bool]:
     return out
 
 
-def compare_groups(df: pd.DataFrame, keys: list[str], value: str, *, higher_is_better: bool) -> pd.DataFrame:
-    """Per group of `keys` (which include "method"): n, mean and 95% t interval of `value`, and Welch
-    tests against `local` (all its groups pooled) and against the best group (by mean).
+def compare_groups(df: pd.DataFrame, keys: list[str], value: str, *, higher_is_better: bool,
+                   paired: bool = True) -> pd.DataFrame:
+    """Per group of `keys` (which include "method"): n, mean and 95% t interval of `value`, and tests
+    against `local` (all its groups pooled) and against the best group (by mean).
 
-    Columns: keys…, n, mean, ci (half-width), lo, hi, diff_vs_local, p_vs_local, sig_vs_local,
-    diff_vs_best, p_vs_best, sig_vs_best, is_best (diff = this mean - the other's; NaN on the reference's own rows)."""
+    paired (default): differences taken within each seed the two groups share (column `seed`) and
+    tested by the paired t-test; a pair of groups with no seed in common falls back to Welch's test.
+    paired=False: Welch's test and interval throughout. Columns: keys…, n, mean, ci (half-width), lo,
+    hi, and for ref in (local, best): diff_vs_ref (this minus the other), ci_vs_ref (half-width of the
+    difference's interval), p_vs_ref, sig_vs_ref (Holm), n_vs_ref (seeds paired; 0 when unpaired),
+    is_best. NaN on the reference's own rows."""
     if "method" not in keys:
         raise ValueError(f"keys={keys}: expected them to include 'method' (the tests are against method local)")
-    for col in [*keys, value]:
+    for col in [*keys, value, *(["seed"] if paired else [])]:
         if col not in df.columns:
             raise KeyError(f"column {col!r} not in the results table; it has {sorted(df.columns)}")
-    groups = [(k if isinstance(k, tuple) else (k,), s) for k, s in df.groupby(keys, dropna=False, sort=False)[value]]
+    groups = [(k if isinstance(k, tuple) else (k,), s) for k, s in df.groupby(keys, dropna=False, sort=False)]
     rows = []
-    for key, series in groups:
-        mean, lo, hi = mean_interval(series)
-        rows.append({**dict(zip(keys, key)), "n": int(series.notna().sum()), "mean": mean, "ci": hi - mean, "lo": lo, "hi": hi})
+    for key, sub in groups:
+        mean, lo, hi = mean_interval(sub[value])
+        rows.append({**dict(zip(keys, key)), "n": int(sub[value].notna().sum()), "mean": mean, "ci": hi - mean,
+                     "lo": lo, "hi": hi})
     out = pd.DataFrame(rows)
-    values = [s for _, s in groups]
+    subs = [sub for _, sub in groups]
     is_local = [key[keys.index("method")] == REFERENCE for key, _ in groups]
     sign = 1.0 if higher_is_better else -1.0
     best = int(np.nanargmax(sign * out["mean"].to_numpy())) if out["mean"].notna().any() else -1
-    against = {"local": (pd.concat([v for v, r in zip(values, is_local) if r]) if any(is_local) else None, is_local),
-               "best": (values[best] if best >= 0 else None, [i == best for i in range(len(values))])}
+    local = pd.concat([s for s, r in zip(subs, is_local) if r]) if any(is_local) else None
+    against = {"local": (local, is_local),
+               "best": (subs[best] if best >= 0 else None, [i == best for i in range(len(subs))])}
     for name, (other, own) in against.items():
-        diffs = [float("nan") if other is None or mine else float(s.mean() - other.mean()) for s, mine in zip(values, own)]
-        ps = [float("nan") if other is None or mine else welch_p(s, other) for s, mine in zip(values, own)]
-        out[f"diff_vs_{name}"], out[f"p_vs_{name}"], out[f"sig_vs_{name}"] = diffs, ps, holm(ps)
+        cols: dict[str, list] = {c: [] for c in ("diff", "ci", "p", "n")}
+        for sub, mine in zip(subs, own):
+            d, ci, p, n = _versus(sub, other, value, paired) if other is not None and not mine else (float("nan"),) * 3 + (0,)
+            for c, v in zip(("diff", "ci", "p", "n"), (d, ci, p, n)):
+                cols[c].append(v)
+        out[f"diff_vs_{name}"], out[f"ci_vs_{name}"], out[f"p_vs_{name}"] = cols["diff"], cols["ci"], cols["p"]
+        out[f"sig_vs_{name}"], out[f"n_vs_{name}"] = holm(cols["p"]), cols["n"]
     out["is_best"] = against["best"][1]
     return out
+
+
+def _versus(sub: pd.DataFrame, other: pd.DataFrame, value: str, paired: bool) -> tuple[float, float, float, int]:
+    """(difference, interval half-width, p, seeds paired) of `value` in sub against other."""
+    if paired:
+        diffs = paired_differences(per_seed(sub[value], sub["seed"]), per_seed(other[value], other["seed"]))
+        if len(diffs):
+            mean, half, p = paired_t(diffs)
+            return mean, half, p, len(diffs)
+    a, b = _values(sub[value]), _values(other[value])
+    diff = float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")
+    return diff, welch_halfwidth(a, b), welch_p(a, b), 0
+
+
+def bootstrap_versus(runs: pd.DataFrame, reference: pd.DataFrame, units: str, weights: str, *, n_boot: int = 2000,
+                     seed: int = 0) -> tuple[float, float, float, float]:
+    """`paired_bootstrap` of one group of runs against another, over the seeds both have: `units` and
+    `weights` are list columns (bits and tokens of each evaluation document; hits and queries of
+    each recall example). (observed, lo, hi, p), all NaN when a side lacks the columns or a seed's
+    units were not scored alike (another evaluation set)."""
+    nan = (float("nan"),) * 4
+    if any(c not in frame.columns for frame in (runs, reference) for c in (units, weights, "seed")):
+        return nan
+    a_rows = {int(r["seed"]): r for _, r in runs.iterrows() if _is_list(r[units])}
+    b_rows = {int(r["seed"]): r for _, r in reference.iterrows() if _is_list(r[units])}
+    common = sorted(set(a_rows) & set(b_rows))
+    if not common:
+        return nan
+    a, b, w = [], [], []
+    for s in common:
+        wa, wb = np.asarray(a_rows[s][weights], dtype=float), np.asarray(b_rows[s][weights], dtype=float)
+        if wa.shape != wb.shape or not np.array_equal(wa, wb):
+            return nan
+        a.append(np.asarray(a_rows[s][units], dtype=float))
+        b.append(np.asarray(b_rows[s][units], dtype=float))
+        w.append(wa)
+    if len({len(x) for x in w}) != 1:  # per-seed unit counts differ: pad nothing, resample each seed apart
+        return nan
+    return paired_bootstrap(a, b, w, n_boot=n_boot, seed=seed)
+
+
+def _is_list(value) -> bool:
+    return isinstance(value, (list, tuple, np.ndarray)) and len(value) > 0
 
 
 def wilson_interval(successes: int, trials: int, level: float = LEVEL) -> tuple[float, float]:

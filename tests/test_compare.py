@@ -61,11 +61,14 @@ def test_tiny_suite_writes_the_table_and_the_report(tmp_path: Path) -> None:
     assert table["bpb_seg_0"].notna().all()
 
     md, html = write_report(root)
-    for png in ("footprint_vs_bpb.png", "bpb_by_segment.png", "cost.png", "gates.png"):
+    pngs = ("footprint_vs_gain.png", "gain_by_segment.png", "footprint_vs_bpb.png", "bpb_by_segment.png", "cost.png",
+            "gates.png")
+    for png in pngs:
         assert (root / png).stat().st_size > 1000, png
         assert f"]({png})" in md.read_text()
     text = html.read_text()
-    assert text.count("data:image/png;base64,") == 4 and "infini-linear" in text
+    assert text.count("data:image/png;base64,") == len(pngs) and "infini-linear" in text
+    assert "paired by seed" in md.read_text() and "Summary, unpaired (Welch)" in md.read_text()
 
 
 def test_parameter_counts_must_match(tmp_path: Path) -> None:

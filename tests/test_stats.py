@@ -90,7 +90,7 @@ def test_report_tables_format_per_column() -> None:
     assert format_value("valid_bpb", np.float32(3.8374)) == "3.837" and format_value("p_vs_local", np.nan) == ""
 
     xl = console_table(capacity_rows()).set_index(["gap_segments", "method", "state"]).loc[("1", "xl", "2,048")]
-    assert xl["accuracy"] == "0.950 ± 0.124" and xl["vs best"] == "-0.050 (p 0.23)"  # 0.95 against 1.0: not significant
+    assert xl["accuracy"] == "0.950 ± 0.124" and xl["vs best"] == "-0.050 ± 0.124 (p 0.23)"  # 0.95 against 1.0: not significant
 
 
 def capacity_rows() -> pd.DataFrame:

@@ -42,6 +42,13 @@ class ModelConfig:
     # the head width from the head count: W_Q,K,V map d_model -> n_heads x head_dim = d_inner and W_O
     # maps d_inner back, so a per-head state (Infini's D x (D + 1)) grows at a fixed number of heads.
     head_dim: Optional[int] = None
+    # How the initial weights are drawn. split (default): the backbone (embedding, attention
+    # projections, MLPs, norms, head) from a generator seeded by the run's seed alone, the memory's
+    # own parameters from a stream of their own, so two methods at one seed start from the same
+    # backbone bit for bit (common random numbers; paired comparisons). shared: the memory first,
+    # then the backbone, from one global stream (runs made before `split` existed; a memory that
+    # draws parameters shifts the backbone's draws).
+    init_streams: str = "split"
 
     @property
     def d_head(self) -> int:

@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 from memzoo.core.attention import LocalAttention
 from memzoo.core.config import ModelConfig
-from memzoo.core.memory import LayerInputs, LayerMemory, ModelMemory, State, map_state, zero_loss
+from memzoo.core.memory import LayerInputs, LayerMemory, MemoryParts, ModelMemory, State, map_state, zero_loss
 from memzoo.core.plugins import build_memory, get_memory
 
 
@@ -111,6 +111,15 @@ class Block(nn.Module):
         return x + self.mlp(self.norm_mlp(x)), state, aux
 
 
+INIT_STREAMS = ("split", "shared")
+
+
+def memory_stream_seed(seed: int) -> int:
+    """The seed of the memory parameters' own generator: a fixed function of the run's seed, apart
+    from the backbone's (which is the seed itself)."""
+    return (int(seed) * 0x9E3779B1 + 0x6D656D) % (2**63)
+
+
 def is_memory_name(name: str) -> bool:
     """A module or parameter name inside a memory plugin (a layer's `attn.memory`, the model's
     `model_memory`): the plugin initialises and owns it; everything else is the shared backbone."""
@@ -121,13 +130,30 @@ def is_memory_name(name: str) -> bool:
 class MemoryModel(nn.Module):
     """Byte-level language model on the segment-recurrent backbone with one memory method."""
 
-    def __init__(self, cfg: ModelConfig, method: str, memory_cfg: Any):
+    def __init__(self, cfg: ModelConfig, method: str, memory_cfg: Any, seed: Optional[int] = None):
+        """seed: the run's seed, from which the initial weights are drawn (`cfg.init_streams`); None
+        takes the global generator's seed (`torch.manual_seed(s)` before building gives seed s)."""
         super().__init__()
+        if cfg.init_streams not in INIT_STREAMS:
+            raise ValueError(f"model.init_streams={cfg.init_streams!r}; expected one of {INIT_STREAMS}")
         self.cfg = cfg
         self.method = method
         self.memory_cfg = memory_cfg
         self.spec = get_memory(method)
-        parts = build_memory(method, memory_cfg, cfg)
+        seed = torch.initial_seed() if seed is None else int(seed)
+        if cfg.init_streams == "shared":  # the memory's draws first, then the backbone's, one stream
+            parts = build_memory(method, memory_cfg, cfg)
+            self._build_backbone(cfg, parts)
+            return
+        with torch.random.fork_rng(devices=[]):  # the memory's own stream: it shifts no backbone draw
+            torch.manual_seed(memory_stream_seed(seed))
+            parts = build_memory(method, memory_cfg, cfg)
+        with torch.random.fork_rng(devices=[]):  # the backbone from the run's seed alone
+            torch.manual_seed(seed)
+            self._build_backbone(cfg, parts)
+
+    def _build_backbone(self, cfg: ModelConfig, parts: MemoryParts) -> None:
+        """Embedding, blocks around the memory's layers, final norm and tied head, initialised."""
         attend = LocalAttention(cfg.rope_base, cfg.attention_backend)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg, mem, attend) for mem in parts.layers)

@@ -39,6 +39,9 @@ class Batch:
     # [B, S, N] bool: a task's answer targets, whatever `mask` trains on (its answer loss is logged
     # apart, e.g. under task.loss=all); None: an LM batch, no answer
     answer: Optional[Tensor] = None
+    # [B, S] int64: which document of the streamed list the row holds (-1: none); streams only, so
+    # evaluation can score each document apart (per-document paired comparisons)
+    doc_index: Optional[Tensor] = None
 
     def to(self, device: torch.device) -> "Batch":
         return self.map(lambda t: t.to(device))
@@ -52,7 +55,8 @@ class Batch:
     def map(self, fn) -> "Batch":
         """The batch with `fn` applied to every tensor (rows or segments sliced, moved to a device)."""
         return Batch(fn(self.tokens), fn(self.targets), fn(self.mask), fn(self.reset), fn(self.seg_index),
-                     None if self.answer is None else fn(self.answer))
+                     None if self.answer is None else fn(self.answer),
+                     None if self.doc_index is None else fn(self.doc_index))
 
 
 def stdlib_root() -> Path:
@@ -205,6 +209,7 @@ def stream_documents(docs: list[Document], batch_size: int, segment_len: int,
     position = [0] * batch_size
     while True:
         out = _empty(batch_size, 1, segment_len)
+        doc_index = torch.full((batch_size, 1), -1, dtype=torch.long)  # [B, 1]
         active = False
         for b in range(batch_size):
             if current[b] is None or position[b] >= limits[current[b]]:
@@ -220,7 +225,8 @@ def stream_documents(docs: list[Document], batch_size: int, segment_len: int,
             active = True
             _fill_segment(out, b, 0, tensors[current[b]], position[b], segment_len)
             out["seg_index"][b, 0] = position[b]
+            doc_index[b, 0] = current[b]
             position[b] += 1
         if not active:
             return
-        yield Batch(**out)
+        yield Batch(**out, doc_index=doc_index)

@@ -85,11 +85,21 @@ def accuracy(predicted: list[list[int]], examples: list[SegmentRecallExample], w
     return hits / max(sum(len(a) for a in answers), 1)
 
 
+def hits_by_example(predicted: list[list[int]], examples: list[SegmentRecallExample]) -> list[int]:
+    """Scored queries answered right, per example (the same examples for every method at a seed: the
+    unit of the per-example paired bootstrap)."""
+    return [sum(p == a for p, a in zip(pred, e.answers)) for pred, e in zip(predicted, examples)]
+
+
 def capacity_metrics(model: MemoryModel, examples: list[SegmentRecallExample]) -> dict[str, Any]:
-    """recall_accuracy, recall_chance, recall_accuracy_reset, recall_accuracy_within and recall_queries."""
+    """recall_accuracy, recall_chance, recall_accuracy_reset, recall_accuracy_within and recall_queries,
+    and the scored hits and queries per example."""
     chance = [c for e in examples for c in recall_chance(e)]
+    predicted = predict_scored(model, examples)
     return {
-        "recall_accuracy": accuracy(predict_scored(model, examples), examples),
+        "recall_accuracy": accuracy(predicted, examples),
+        "recall_hits_by_example": hits_by_example(predicted, examples),
+        "recall_queries_by_example": [len(e.answers) for e in examples],
         "recall_chance": sum(chance) / max(len(chance), 1),
         "recall_accuracy_reset": accuracy(predict_scored(model, examples, reset_before_query=True), examples),
         "recall_accuracy_within": accuracy(predict_scored(model, examples, within=True), examples, within=True),
@@ -121,7 +131,7 @@ def write_capacity_result(run_dir: Path, cfg: DictConfig, model: MemoryModel,
         "footprint_tokens": segments * mcfg.segment_len,
         "lr": float(cfg.train.lr), "d_model": int(mcfg.d_model), "pairs": int(task.pairs),
         "gap_segments": int(task.gap_segments), "queries": int(task.queries), "local_queries": int(task.local_queries),
-        "alphabet": int(task.alphabet),
+        "alphabet": int(task.alphabet), "backbone_init": cfg.model.init_streams,
         **metrics, "recall_examples": count,
         "final_train_loss_bpb": train_rows[-1]["train_bpb"] if train_rows else None,
         "train_steps": int(cfg.train.steps),

@@ -10,7 +10,7 @@ import torch
 from omegaconf import DictConfig
 
 from memzoo.core.model import MemoryModel, is_memory_name
-from memzoo.running.configure import build_model, load_config, pick_device
+from memzoo.running.configure import build_model, load_run_config, pick_device
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
@@ -38,7 +38,7 @@ def load_run(run_dir: str | Path, device: str | torch.device | None = "cpu") -> 
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    cfg = load_config(str(run_dir / "config.yaml"))
+    cfg = load_run_config(run_dir)
     device = pick_device(cfg.train.device) if device is None else device
     model = build_model(cfg).to(device)
     if (run_dir / "checkpoint.pt").is_file():

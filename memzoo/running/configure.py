@@ -7,6 +7,7 @@ or a wrong type is an error that names it, wherever it appears.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import torch
@@ -14,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from memzoo.core.config import (ConfigError, RunConfig, _load_yaml_chain, _merge_checked, _parse_overrides, model_config,
                                 preset_path)
-from memzoo.core.model import MemoryModel
+from memzoo.core.model import INIT_STREAMS, MemoryModel
 from memzoo.core.plugins import get_memory, registered
 from memzoo.core.precision import PRECISIONS
 from memzoo.core.resources import resource_dir
@@ -72,6 +73,8 @@ def resolve(cfg: DictConfig) -> DictConfig:
         raise ConfigError(
             f"train.precision={cfg.train.precision!r}; expected fp32, bf16 or auto (fp16 would need loss scaling; use bf16)"
         )
+    if cfg.model.init_streams not in INIT_STREAMS:
+        raise ConfigError(f"model.init_streams={cfg.model.init_streams!r}; expected one of {', '.join(INIT_STREAMS)}")
     if cfg.model.init not in ("small", "torch"):
         raise ConfigError(f"model.init={cfg.model.init!r}; expected small or torch")
     if cfg.model.attention_backend not in ("auto", "sdpa", "xformers"):
@@ -121,5 +124,28 @@ def pick_device(name: str) -> torch.device:
 
 
 def build_model(cfg: DictConfig) -> MemoryModel:
-    """The untrained model of a resolved config: the backbone with its method's memory."""
-    return MemoryModel(model_config(cfg), cfg.memory.name, memory_config(cfg.memory.name, cfg.memory))
+    """The untrained model of a resolved config: the backbone with its method's memory, initialised
+    from the run's seed (`model.init_streams`)."""
+    return MemoryModel(model_config(cfg), cfg.memory.name, memory_config(cfg.memory.name, cfg.memory), seed=int(cfg.seed))
+
+
+# Keys added to the schema after run folders existed, with the value an older folder was made under
+# (a saved config.yaml without them describes a run made before them, not under today's default).
+LEGACY_DEFAULTS = {"model.init_streams": "shared"}
+
+
+def saved_run_config(path: str | Path) -> DictConfig:
+    """A run folder's saved config.yaml (or the file itself), as written: with LEGACY_DEFAULTS filled
+    in where the file predates a key, not yet merged into the schema."""
+    path = Path(path)
+    raw = OmegaConf.load(path / "config.yaml" if path.is_dir() else path)
+    for key, value in LEGACY_DEFAULTS.items():
+        if OmegaConf.select(raw, key, default=None) is None:
+            OmegaConf.update(raw, key, value, force_add=True)
+    return raw
+
+
+def load_run_config(path: str | Path) -> DictConfig:
+    """A run folder's config, resolved against today's schema (legacy keys as the run was made)."""
+    cfg = _merge_checked(OmegaConf.structured(RunConfig), saved_run_config(path), where="")
+    return resolve(cfg)

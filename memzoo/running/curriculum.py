@@ -21,7 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from memzoo.core.config import ConfigError, RunConfig, _merge_checked
-from memzoo.running.configure import resolve
+from memzoo.running.configure import resolve, saved_run_config
 
 # Keys that change neither the weights nor the results: a change in them does not make a stage stale.
 BOOKKEEPING = ("train.threads", "train.checkpoint_every", "train.log_every")
@@ -76,7 +76,7 @@ def config_matches(run_dir: Path, cfg: DictConfig) -> bool:
     if not path.is_file():
         return False
     try:
-        return _comparable(OmegaConf.load(path)) == _comparable(cfg)
+        return _comparable(saved_run_config(path)) == _comparable(cfg)
     except OmegaConfBaseException:  # a key the schema no longer has: another config
         return False
 

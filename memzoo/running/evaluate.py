@@ -54,6 +54,8 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
     max_seg = max_segments_per_doc or 10**9
     nll_by_seg = torch.zeros(max_seg if max_segments_per_doc else 1024, dtype=torch.float64)
     cnt_by_seg = torch.zeros_like(nll_by_seg)
+    nll_by_doc = torch.zeros(len(docs), dtype=torch.float64)  # each document scored apart: the same bytes
+    cnt_by_doc = torch.zeros_like(nll_by_doc)  # for every method, so differences can be paired per document
     state = model.initial_state(batch_size, device)
     total_steps = sum(min(max_seg, -(-(len(d.data) - 1) // n)) for d in docs) // batch_size + 1
     start, tokens = time.perf_counter(), 0
@@ -73,6 +75,9 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
             cnt_by_seg = torch.cat((cnt_by_seg, torch.zeros(grow, dtype=torch.float64)))
         nll_by_seg.index_add_(0, seg[ok], nll[ok])
         cnt_by_seg.index_add_(0, seg[ok], count[ok])
+        doc = batch.doc_index[:, 0].cpu()
+        nll_by_doc.index_add_(0, doc[ok], nll[ok])
+        cnt_by_doc.index_add_(0, doc[ok], count[ok])
         tokens += int(count.sum())
     elapsed = time.perf_counter() - start
     if tokens == 0:
@@ -83,6 +88,8 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
         "bpb": float(nll_by_seg.sum() / cnt_by_seg.sum().clamp(min=1) / LN2),
         "bpb_by_segment": by_seg,
         "tokens_by_segment": cnt_by_seg[used].long().tolist(),
+        "bits_by_doc": (nll_by_doc / LN2).tolist(),  # summed bits of each document, in the order given
+        "tokens_by_doc": cnt_by_doc.long().tolist(),
         "tokens": tokens,
         "tokens_per_s": tokens / max(elapsed, 1e-9),
         "seconds": elapsed,
@@ -169,6 +176,10 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
         "footprint_tokens": tokens_seen,
         f"{result['split']}_bpb": result["bpb"],
         "bpb_by_segment": result["bpb_by_segment"],
+        "tokens_by_segment": result["tokens_by_segment"],
+        "bits_by_doc": result["bits_by_doc"],
+        "tokens_by_doc": result["tokens_by_doc"],
+        "backbone_init": cfg.model.init_streams,
         "tokens_per_s": result["tokens_per_s"],
         "train_tokens_per_s": train_tps,
         "peak_rss_mb": result["peak_rss_mb"],
@@ -180,9 +191,9 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
     # Merge into an existing row: evaluating another split adds its columns and loses none.
     previous = json.loads((run_dir / "result.json").read_text()) if (run_dir / "result.json").is_file() else {}
     if result["split"] != cfg.eval.split:  # the per-segment and speed columns describe the run's own split
-        row = {**row, "bpb_by_segment": previous.get("bpb_by_segment", row["bpb_by_segment"]),
-               "tokens_per_s": previous.get("tokens_per_s", row["tokens_per_s"]),
-               f"{result['split']}_bpb_by_segment": result["bpb_by_segment"]}
+        row = {**row, **{k: previous.get(k, row[k]) for k in ("bpb_by_segment", "tokens_by_segment", "bits_by_doc",
+                                                                  "tokens_by_doc", "tokens_per_s")},
+               **{f"{result['split']}_{k}": result[k] for k in ("bpb_by_segment", "bits_by_doc", "tokens_by_doc")}}
     row = {**previous, **row}
     tmp = run_dir / "result.json.tmp"
     tmp.write_text(json.dumps(row, indent=1))

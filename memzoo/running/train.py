@@ -25,7 +25,7 @@ from memzoo.data.tasks import TaskSampler
 from memzoo.running import distributed as dist
 from memzoo.running.capacity import write_capacity_result
 from memzoo.running.checkpoints import load_backbone, load_checkpoint, load_run_weights, save_checkpoint
-from memzoo.running.configure import build_model, pick_device
+from memzoo.running.configure import build_model, pick_device, saved_run_config
 from memzoo.running.evaluate import evaluate_run, write_result
 from memzoo.running.mixing import corpus_batches, mixed_window
 from memzoo.running.window import WindowResult, train_window
@@ -91,8 +91,11 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         torch.set_num_threads(tc.threads)
     ckpt_path = run_dir / "checkpoint.pt"
     if resume and ckpt_path.is_file() and (run_dir / "config.yaml").is_file():
-        saved = OmegaConf.load(run_dir / "config.yaml")
-        if to_yaml(OmegaConf.masked_copy(saved, ["model", "memory"])) != to_yaml(OmegaConf.masked_copy(cfg, ["model", "memory"])):
+        saved = saved_run_config(run_dir)
+        # A resumed run keeps the initialisation it started with (its weights come from the checkpoint).
+        cfg.model.init_streams = saved.model.init_streams
+        if OmegaConf.to_container(OmegaConf.masked_copy(saved, ["model", "memory"]), resolve=True) != \
+                OmegaConf.to_container(OmegaConf.masked_copy(cfg, ["model", "memory"]), resolve=True):
             raise ValueError(f"{run_dir} holds a run with a different model or memory config; use another name or out_dir")
     dist.barrier(rank)  # every rank has read the folder before rank 0 writes to it
     if rank.is_main:

@@ -328,7 +328,8 @@ def write_table(root: Path, specs: list[RunSpec]) -> pd.DataFrame:
         df.to_parquet(tmp, index=False)
         os.replace(tmp, root / "results.parquet")
         tmp_csv = root / "results.csv.tmp"
-        df.drop(columns=["bpb_by_segment"], errors="ignore").to_csv(tmp_csv, index=False)
+        lists = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (list, tuple))).any()]
+        df.drop(columns=lists).to_csv(tmp_csv, index=False)  # per-segment, per-document lists: parquet only
         os.replace(tmp_csv, root / "results.csv")
     return df
 

@@ -15,13 +15,17 @@ import numpy as np
 import pandas as pd
 
 from memzoo.analysis import (bpb_by_segment, capacity_curves, capacity_table, capacity_thresholds, cost_per_method,
-                             cost_vs_length, footprint_vs_bpb, gate_heatmaps, is_capacity_table, length_cost_table,
-                             load_results, longrange_table, passkey_heatmaps, summary_table)
+                             cost_vs_length, footprint_vs_bpb, footprint_vs_gain, gain_by_segment, gate_heatmaps,
+                             is_capacity_table, length_cost_table, load_results, longrange_table, memory_gain,
+                             passkey_heatmaps, summary_table)
 from memzoo.analysis.longrange import (PASSKEY_INTERVAL, accuracy_by_key_segment, answer_loss_curves, gate_summary,
                                        lm_before_after, passkey_length_curves, recall_generalisation)
-from memzoo.analysis.stats import INTERVAL, TEST, t_halfwidth
+from memzoo.analysis.stats import BOOTSTRAP, INTERVAL, PAIRED_TEST, UNPAIRED_TEST, t_halfwidth
 
 FIGURES = {
+    "gain": "Headline: state (numbers per sequence, log) against the difference from local in valid bits per byte, "
+            "paired by seed (95% t interval; below 0 the memory buys something)",
+    "gain_segments": "Difference from local in bits per byte by segment index, paired by seed (95% t band)",
     "capacity": "Cross-segment recall accuracy against state numbers (log), per gap and number of pairs",
     "footprint": "Footprint (state numbers per sequence, log) against valid bits per byte",
     "segments": "Bits per byte by segment index within the document",
@@ -65,13 +69,19 @@ def _with_interval(mean: float, half: float) -> str:
     return f"{mean:.3f}" if half != half else f"{mean:.3f} ± {half:.3f}"
 
 
-def _versus(diff: float, p: float, sig: bool, own: bool) -> str:
-    """A difference, its Welch p-value, and * when significant after Holm; "ref" for the reference itself."""
+def _versus(diff: float, p: float, sig: bool, own: bool, half: float = float("nan")) -> str:
+    """A difference ± its interval's half-width, its p-value, and * when significant after Holm; "ref"
+    for the reference itself."""
     if own:
         return "ref"
     if diff != diff:
         return ""
-    return f"{diff:+.3f}" if p != p else f"{diff:+.3f} (p {p:.2g}){' *' if sig else ''}"
+    shown = f"{diff:+.3f}" if half != half else f"{diff:+.3f} ± {half:.3f}"
+    return shown if p != p else f"{shown} (p {p:.2g}){' *' if sig else ''}"
+
+
+def _boot(lo: float, hi: float) -> str:
+    return "" if lo != lo else f"[{lo:+.3f}, {hi:+.3f}]"
 
 
 def display(df: pd.DataFrame, intervals: dict[str, tuple[str, str]] | None = None,
@@ -81,7 +91,8 @@ def display(df: pd.DataFrame, intervals: dict[str, tuple[str, str]] | None = Non
     "vs local" and "vs best"; every other column is formatted by `format_value`."""
     intervals = intervals or {}
     used = {c for pair in intervals.values() for c in pair}
-    stat_cols = {f"{k}_vs_{r}" for k in ("diff", "p", "sig") for r in ("local", "best")} | {"is_best"}
+    stat_cols = {f"{k}_vs_{r}" for k in ("diff", "p", "sig", "ci", "n") for r in ("local", "best")} | {"is_best"}
+    stat_cols |= {f"boot_{k}_vs_local" for k in ("lo", "hi", "p")}
     out = {}
     for col in df.columns:
         if col in stat_cols:
@@ -99,8 +110,12 @@ def display(df: pd.DataFrame, intervals: dict[str, tuple[str, str]] | None = Non
         tests = {}
         for ref in ("local", "best"):
             own = df["method"].eq("local") if ref == "local" else df["is_best"]
-            tests[f"vs {ref}"] = [_versus(d, p, bool(s), bool(o)) for d, p, s, o in
-                                  zip(df[f"diff_vs_{ref}"], df[f"p_vs_{ref}"], df[f"sig_vs_{ref}"], own)]
+            half = df[f"ci_vs_{ref}"] if f"ci_vs_{ref}" in df else [float("nan")] * len(df)
+            tests[f"vs {ref}"] = [_versus(d, p, bool(s), bool(o), h) for d, p, s, o, h in
+                                  zip(df[f"diff_vs_{ref}"], df[f"p_vs_{ref}"], df[f"sig_vs_{ref}"], own, half)]
+            if ref == "local" and "boot_lo_vs_local" in df and df["boot_lo_vs_local"].notna().any():
+                tests["vs local, bootstrap"] = [_boot(lo, hi) for lo, hi in zip(df["boot_lo_vs_local"],
+                                                                                 df["boot_hi_vs_local"])]
         out = {**{c: out[c] for c in cols[:at]}, **tests, **{c: out[c] for c in cols[at:]}}
     return pd.DataFrame(out)
 
@@ -129,6 +144,10 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
 
     matplotlib.use("Agg")
     paths: dict[str, Path] = {}
+    if _has(df, "valid_bpb", "footprint_measured") and (df["method"] == "local").any() and df["method"].nunique() > 1:
+        _save(footprint_vs_gain(df).figure, paths.setdefault("gain", out / "footprint_vs_gain.png"))
+    if _has(df, "bpb_by_segment") and (df["method"] == "local").any() and df["method"].nunique() > 1:
+        _save(gain_by_segment(df).figure, paths.setdefault("gain_segments", out / "gain_by_segment.png"))
     if is_capacity_table(df):
         _save(capacity_curves(df), paths.setdefault("capacity", out / "capacity.png"))
     if _has(df, "valid_bpb", "footprint_measured"):
@@ -182,10 +201,26 @@ def passkey_summary(df: pd.DataFrame) -> pd.DataFrame:
     return out.astype({"length": int})
 
 
-def summary_display(df: pd.DataFrame) -> pd.DataFrame:
-    """The language-model summary as printed: valid bpb as mean ± 95% t interval, tests against local and the best."""
-    table = summary_table(df).drop(columns=["bpb_lo", "bpb_hi"])
+def summary_display(df: pd.DataFrame, paired: bool = True) -> pd.DataFrame:
+    """The language-model summary as printed: valid bpb as mean ± 95% t interval, differences from local
+    and the best with their intervals and tests (paired by seed unless paired=False)."""
+    table = summary_table(df, paired=paired).drop(columns=["bpb_lo", "bpb_hi"])
     return display(table, {"valid_bpb": ("bpb_mean", "bpb_ci")}, versus=True)
+
+
+def gain_display(df: pd.DataFrame) -> pd.DataFrame:
+    """Per method: bits per byte over segments >= 1 and the paired differences from local there and
+    over the whole document, as printed."""
+    table = memory_gain(df)
+    if table.empty:
+        return table
+    out = table[[c for c in table.columns if not c.startswith(("diff_", "ci_", "p_", "n_"))]].copy()
+    out["bpb_after"] = [format_value("bpb", v) for v in out["bpb_after"]]
+    for name, label in (("after", "vs local, segments >= 1"), ("all", "vs local, whole document")):
+        out[label] = [_versus(d, p, False, m == "local", h) for d, p, h, m in
+                      zip(table[f"diff_{name}_vs_local"], table[f"p_{name}_vs_local"], table[f"ci_{name}_vs_local"],
+                          table["method"])]
+    return out.rename(columns={"bpb_after": "bpb, segments >= 1"})
 
 
 def capacity_display(df: pd.DataFrame) -> pd.DataFrame:
@@ -216,8 +251,8 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
     notes = [
         f"{len(df)} runs, {df['method'].nunique()} methods, seeds {sorted(df['seed'].unique().tolist())}.",
         f"{INTERVAL}; none with one seed.",
-        f"{TEST}: \"vs local\" against `local`'s runs, \"vs best\" against the best row "
-        "(difference of means, p-value, * = significant; empty with one seed).",
+        f"\"vs local\" against `local`'s runs, \"vs best\" against the best row: {PAIRED_TEST} (rows with no seed "
+        f"in common: {UNPAIRED_TEST}); * = significant; empty with one seed.",
         "footprint / state: floating-point numbers the memory state holds per sequence, measured on a real state "
         "(the plugin's analytic count agrees; see footprint_analytic).",
     ]
@@ -233,7 +268,17 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
                      ("Capacity: accuracy by method and state (best lr per cell)", capacity_display(df))]
     if _has(df, "valid_bpb"):
         notes.append("valid_bpb: bits per byte on the validation documents, streamed from their first byte segment by segment.")
-        sections.insert(0, ("Summary", summary_display(df)))
+        if _has(df, "bits_by_doc"):
+            notes.append(f"\"vs local, bootstrap\": {BOOTSTRAP}.")
+        if "backbone_init" in df.columns:
+            kinds = sorted(df["backbone_init"].fillna("shared").unique().tolist())
+            notes.append(f"backbone initialisation: {', '.join(kinds)} (split: every method at a seed starts from the "
+                         "same backbone weights; shared: a memory's parameters shifted the backbone's draws).")
+        gain = gain_display(df)
+        sections.insert(0, ("Summary (differences paired by seed)", summary_display(df)))
+        if not gain.empty:
+            sections.insert(1, ("What memory buys after the first segment (paired differences from local)", gain))
+        sections.insert(len(sections), ("Summary, unpaired (Welch), for comparison", summary_display(df, paired=False)))
     if params:
         notes.append(f"Parameter counts span {min(params['counts'].values()):,} to {max(params['counts'].values()):,} "
                      f"(spread {params['spread']:.1%}).")
