@@ -38,14 +38,16 @@ def write_suite(tmp_path: Path, body: str, name: str = "tiny") -> Path:
     return path
 
 
-def test_tiny_suite_writes_the_table_and_the_report(tmp_path: Path) -> None:
+def test_tiny_suite_writes_the_table_and_the_report(tmp_path: Path, capsys) -> None:
     suite = load_suite(str(write_suite(tmp_path, """
         methods: [local, infini-linear]
         seeds: [0, 1]
         token_budget: 768   # 6 steps of 2 x 4 x 16 bytes
         jobs: 2
     """)))
-    df = run_suite(suite, progress=False)
+    df = run_suite(suite, progress=True)
+    err = capsys.readouterr().err  # not a terminal: no redrawn bar, one line per finished run
+    assert "\r" not in err and sum("finished (" in line for line in err.splitlines()) == 4, err
     root = tmp_path / "results" / "tiny"
     table = pd.read_parquet(root / "results.parquet")
     assert len(table) == 4 == len(df)
@@ -283,3 +285,24 @@ def test_longrange_suites_are_the_curriculum(name: str) -> None:
             assert 0 in c.task.key_segments_back and c.task.lm_fraction > 0 and c.train.weight_decay == 0
             assert c.train.bptt_segments * c.model.segment_len >= max(c.task.lengths), (spec.name, c.name)
     assert len(suite.seeds) >= 2  # differences carry intervals over seeds
+
+
+def test_suite_progress_without_a_terminal_prints_lines_not_redraws() -> None:
+    import io
+
+    from memzoo.suites.compare import SuiteProgress
+
+    out = io.StringIO()
+    bar = SuiteProgress("s", total_steps=20, done_steps=0, runs=2, runs_done=0, enabled=True, every=0.0, stream=out)
+    bar.update(0, {"a-s0": (3, 10)})
+    bar.run_finished("a-s0", True)
+    bar.update(10, {"b-s0": (4, 10)})
+    bar.run_finished("b-s0", False)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue() and len(lines) == 4
+    assert "3/20 steps" in lines[0] and "a-s0 3/10" in lines[0] and "run a-s0 finished (1/2 runs)" in lines[1]
+    assert "14/20 steps" in lines[2] and "run b-s0 failed (2/2 runs)" in lines[3]
+    quiet = io.StringIO()
+    SuiteProgress("s", 20, 0, 2, 0, enabled=False, stream=quiet).run_finished("a", True)
+    assert quiet.getvalue() == ""
