@@ -278,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     from memzoo.core.plugins import UnknownMethodError
+    from memzoo.running.checkpoints import CheckpointError
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -288,7 +289,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.overrides = [*args.overrides, *extra]
     try:
         return args.fn(args)
-    except (ConfigError, UnknownMethodError, FileNotFoundError) as err:
+    except (ConfigError, UnknownMethodError, FileNotFoundError, CheckpointError) as err:
         msg = str(err).splitlines()[0]
         print(f"memzoo: error: {msg}", file=sys.stderr)
         return 2

@@ -71,3 +71,28 @@ def test_console_script_is_installed(tmp_path) -> None:
     assert exe is not None, "the memzoo console script is not on PATH"
     out = subprocess.run([exe, "list"], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert "infini-delta" in out.stdout
+
+
+TINY_TRAIN = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16", "train.steps=2",
+              "train.batch_size=2", "train.window_segments=2", "train.bptt_segments=2", "train.warmup_steps=1",
+              "data.max_docs=20", "eval.max_docs=2", "eval.max_segments_per_doc=2", "eval.batch_size=2"]
+
+
+def test_an_empty_data_folder_is_one_line_naming_the_key(capsys, tmp_path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run(capsys, "train", "local", *TINY_TRAIN, f"data.source={empty}", f"out_dir={tmp_path}")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("memzoo: error: data.source=")
+    assert "Traceback" not in err and "data.min_doc_bytes" in err
+
+
+def test_a_damaged_checkpoint_is_one_line_and_loses_nothing(capsys, tmp_path) -> None:
+    args = ("train", "local", *TINY_TRAIN, f"out_dir={tmp_path}", "name=r")
+    assert run(capsys, *args)[0] == 0
+    ckpt = tmp_path / "r" / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:300])  # truncated, as by a full disk
+    before = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()}
+    code, _, err = run(capsys, *args[:-1], "train.steps=3", "name=r")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "checkpoint.pt cannot be read" in err and "move it aside" in err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()} == before  # nothing lost or rewritten

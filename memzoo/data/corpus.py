@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 import torch
 from torch import Tensor
 
-from memzoo.core.config import DataConfig
+from memzoo.core.config import ConfigError, DataConfig
 
 
 @dataclass
@@ -104,7 +104,8 @@ def load_documents(cfg: DataConfig) -> list[Document]:
                 raise FileNotFoundError(f"data.source={source!r} is not 'stdlib', a file, a folder, or a glob matching files")
             docs = _read_paths(matches, None, min_bytes, limit)
     if not docs:
-        raise ValueError(f"data.source={source!r} gave no document of at least {cfg.min_doc_bytes} bytes")
+        raise ConfigError(f"data.source={source!r} gave no document of at least {cfg.min_doc_bytes} bytes "
+                          "(data.min_doc_bytes): point it at a file, folder or glob holding text documents")
     return docs
 
 

@@ -29,8 +29,25 @@ def save_checkpoint(run_dir: Path, model: MemoryModel, optimizer: torch.optim.Op
     )
 
 
+class CheckpointError(ValueError):
+    """A checkpoint.pt that cannot be read (truncated by a full disk or a copy, or not a checkpoint)."""
+
+
 def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    return torch.load(run_dir / "checkpoint.pt", map_location=map_location, weights_only=True)
+    """The checkpoint of a run folder; a damaged file is a CheckpointError naming it and what to do
+    (the run folder's other files are left as they are)."""
+    path = Path(run_dir) / "checkpoint.pt"
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # torch raises RuntimeError, EOFError or an unpickling error for a damaged file
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"{path} cannot be read ({reason}): it is damaged; move it aside to start the run "
+                              "over, or restore it from a copy") from None
+    if not isinstance(ckpt, dict) or "model" not in ckpt:
+        raise CheckpointError(f"{path} is not a memzoo checkpoint (no model weights): move it aside or restore it")
+    return ckpt
 
 
 def load_run(run_dir: str | Path, device: str | torch.device | None = "cpu") -> tuple[DictConfig, MemoryModel]:

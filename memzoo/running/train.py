@@ -90,7 +90,9 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     if tc.threads:
         torch.set_num_threads(tc.threads)
     ckpt_path = run_dir / "checkpoint.pt"
-    if resume and ckpt_path.is_file() and (run_dir / "config.yaml").is_file():
+    # Read before anything in the folder is written: a damaged checkpoint stops the run, losing nothing.
+    ckpt = load_checkpoint(run_dir, device) if resume and ckpt_path.is_file() else None
+    if ckpt is not None and (run_dir / "config.yaml").is_file():
         saved = saved_run_config(run_dir)
         # A resumed run keeps the initialisation it started with (its weights come from the checkpoint).
         cfg.model.init_streams = saved.model.init_streams
@@ -106,8 +108,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     net = dist.wrap(model, rank, device)  # the model itself in a plain run
     optimizer = build_optimizer(model, tc)
     step = 0
-    if resume and ckpt_path.is_file():
-        ckpt = load_checkpoint(run_dir, device)
+    if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         torch.set_rng_state(ckpt["rng"])
