@@ -228,3 +228,32 @@ def test_quick_backbone_parameter_budget_and_gate_optimiser_settings() -> None:
         a = mem.A_log.exp()
         dt = torch.nn.functional.softplus(mem.dt_bias)
         assert bool((a > 0).all() and (a <= 16).all()) and bool((dt >= 1e-4 - 1e-9).all() and (dt <= 0.1 + 1e-6).all())
+
+
+@pytest.mark.parametrize("method", ["gated-deltanet", "deltanet"])
+def test_conv_cache_spans_segments_shorter_than_the_kernel(method: str) -> None:
+    """Segments of 2 tokens (< the conv's 3 carried inputs): the cache holds inputs from two segments
+    back, so streaming still equals one shot, and a token two segments back changes the conv's input
+    of the current segment even with S forced to zero (the conv cache itself carries it)."""
+    model = tiny_model(method, segment_len=2)
+    x = torch.randint(0, 256, (2, 6, 2), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        one_shot = model(x)
+        state, parts = model.initial_state(2), []
+        for s in range(6):
+            out = model(x[:, s : s + 1], state)
+            state, parts = out.state, parts + [out.logits]
+    assert (torch.cat(parts, dim=1) - one_shot.logits).abs().max() < 1e-5
+
+    with torch.no_grad():
+        state = model(x[:, :2]).state
+        cut = [{**st, "S": torch.zeros_like(st["S"])} for st in state.layers]  # only the conv caches remain
+        y = x.clone()
+        y[:, 0, 1] = (y[:, 0, 1] + 7) % 256  # the last token of segment 0: in the cache after segment 1
+        state_y = model(y[:, :2]).state
+        cut_y = [{**st, "S": torch.zeros_like(st["S"])} for st in state_y.layers]
+        from memzoo.core.model import ModelState
+
+        a = model(x[:, 2:3], ModelState(cut, {})).logits
+        b = model(y[:, 2:3], ModelState(cut_y, {})).logits
+    assert (a - b).abs().max() > 1e-6
