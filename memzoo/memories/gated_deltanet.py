@@ -74,14 +74,14 @@ def delta_rule_loop(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s0
     reset: [B, S] (fresh state before that segment). Returns (o [B, S, H, N, Dv], S after the last token).
     """
     state, segments = s0, []
-    for s, fresh in enumerate(reset.unbind(1)):
+    # unbind, not [:, s, :, t]: in backward every index would write a zero tensor of the whole input
+    per_segment = zip(*(t.unbind(1) for t in (q, k, v, g, beta)), reset.unbind(1))
+    for q_s, k_s, v_s, g_s, beta_s, fresh in per_segment:
         state = torch.where(fresh[:, None, None, None], torch.zeros_like(state), state)
         outs = []
-        for t in range(q.shape[3]):
-            q_t, k_t, v_t = q[:, s, :, t], k[:, s, :, t], v[:, s, :, t]  # [B, H, D]
-            alpha_t, beta_t = torch.exp(g[:, s, :, t])[..., None, None], beta[:, s, :, t][..., None]  # [B, H, 1, 1], [B, H, 1]
-            state = alpha_t * state  # decay first ...
-            error = beta_t * (v_t - einsum(state, k_t, "b h v k, b h k -> b h v"))  # ... then the error of the decayed state
+        for q_t, k_t, v_t, g_t, beta_t in zip(*(t.unbind(2) for t in (q_s, k_s, v_s, g_s, beta_s))):  # [B, H, D], [B, H]
+            state = torch.exp(g_t)[..., None, None] * state  # decay first ...
+            error = beta_t[..., None] * (v_t - einsum(state, k_t, "b h v k, b h k -> b h v"))  # ... then the error of the decayed state
             state = state + einsum(error, k_t, "b h v, b h k -> b h v k")  # [B, H, Dv, Dk]
             outs.append(einsum(state, q_t, "b h v k, b h k -> b h v"))  # read after the write
         segments.append(torch.stack(outs, dim=2))  # [B, H, N, Dv]
