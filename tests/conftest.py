@@ -39,6 +39,9 @@ VARIANTS: list[tuple[str, str, dict]] = [
     ("rmt-causal-mask", "rmt", {"n_mem_tokens": 2, "memory_mask": "causal"}),
     ("infty-former-sticky", "infty-former", {"n_basis": 8, "mem_len": 12, "kv_weights": "layer", "sticky_memories": True}),
     ("infty-former-no-stm", "infty-former", {"n_basis": 8, "mem_len": 0}),
+    ("gated-deltanet-chunk3", "gated-deltanet", {"chunk_size": 3}),  # 3 chunks per 8-token segment, the last partial
+    ("gated-deltanet-loop", "gated-deltanet", {"chunkwise": False}),  # the per-token reference
+    ("deltanet-chunk5-no-conv", "deltanet", {"chunk_size": 5, "conv_size": 0}),
 ]
 # (id, method, options): every registered method at its tiny options, then the variants.
 CASES = [(m, m, TINY_OPTIONS.get(m, {})) for m in METHODS] + [v for v in VARIANTS if v[1] in METHODS]

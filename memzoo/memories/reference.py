@@ -80,3 +80,37 @@ def infini_reference(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, reset: Tenso
         rows_m.append(torch.stack(mems))
         rows_z.append(torch.stack(zs))
     return torch.stack(rows_out), torch.stack(rows_m), torch.stack(rows_z)
+
+
+def gated_delta_reference(q: Tensor, k: Tensor, v: Tensor, log_alpha: Tensor, beta: Tensor, s0: Tensor,
+                          reset: Tensor) -> tuple[Tensor, Tensor]:
+    """Gated DeltaNet's recurrence in the paper's product form, one row, head and token at a time:
+
+        S_t = S_{t-1} (α_t (I − β_t k_t k_tᵀ)) + β_t v_t k_tᵀ,   o_t = S_t q_t
+
+    q, k: [B, S, H, N, Dk]; v: [B, S, H, N, Dv]; log_alpha, beta: [B, S, H, N]; s0: [B, H, Dv, Dk];
+    reset [B, S]: S = 0 before that segment. Returns (o [B, S, H, N, Dv], S [B, H, Dv, Dk] at the end).
+    (The plugin's loop and chunkwise form use the expanded α S + β (v − α S k) kᵀ; this holds them to it.)
+    """
+    b_, s_, h_, n_, dk = k.shape
+    eye = torch.eye(dk, dtype=k.dtype)
+    rows_out, rows_state = [], []
+    for b in range(b_):
+        states = [s0[b, h] for h in range(h_)]
+        segs = []
+        for s in range(s_):
+            if reset[b, s]:
+                states = [torch.zeros_like(s0[b, h]) for h in range(h_)]
+            heads = []
+            for h in range(h_):
+                outs = []
+                for t in range(n_):
+                    kt, vt = k[b, s, h, t], v[b, s, h, t]
+                    alpha, bt = torch.exp(log_alpha[b, s, h, t]), beta[b, s, h, t]
+                    states[h] = states[h] @ (alpha * (eye - bt * torch.outer(kt, kt))) + bt * torch.outer(vt, kt)
+                    outs.append(states[h] @ q[b, s, h, t])
+                heads.append(torch.stack(outs))
+            segs.append(torch.stack(heads))
+        rows_out.append(torch.stack(segs))
+        rows_state.append(torch.stack(states))
+    return torch.stack(rows_out), torch.stack(rows_state)
