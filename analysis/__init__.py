@@ -17,6 +17,7 @@ from memzoo.analysis.recipes import (
     footprint_vs_gain,
     gain_by_segment,
     memory_gain,
+    pairing_gain,
     segment_differences,
     gate_heatmaps,
     gate_table,
@@ -37,6 +38,6 @@ __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb
            "cost_per_method", "gate_table", "gate_heatmaps", "longrange_table", "passkey_heatmaps", "cost_vs_length",
            "length_cost_table", "capacity_table", "capacity_thresholds", "capacity_curves", "best_lr", "pareto_front",
            "is_capacity_table", "compare_groups", "mean_interval", "welch_p", "wilson_interval", "passkey_by_length",
-           "passkey_length_curves", "footprint_vs_gain", "gain_by_segment", "memory_gain", "segment_differences",
+           "passkey_length_curves", "footprint_vs_gain", "gain_by_segment", "memory_gain", "pairing_gain", "segment_differences",
            "paired_t", "paired_bootstrap", "bootstrap_versus", "accuracy_by_key_segment", "answer_loss_table", "answer_loss_curves",
            "lm_before_after", "gate_summary", "recall_generalisation"]

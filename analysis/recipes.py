@@ -153,6 +153,19 @@ def segment_differences(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "segment", "diff", "ci", "p", "n"])
 
 
+def pairing_gain(df: pd.DataFrame, bpb: str = "valid_bpb") -> pd.DataFrame:
+    """Per method: the difference from `local` with its unpaired (Welch) and paired 95% half-widths
+    and their ratio (unpaired / paired): how much the seed's shared noise the pairing removes."""
+    paired = summary_table(df, bpb, paired=True).set_index(_group_keys(df))
+    unpaired = summary_table(df, bpb, paired=False).set_index(_group_keys(df))
+    out = pd.DataFrame({"diff_vs_local": paired["diff_vs_local"], "ci_unpaired": unpaired["ci_vs_local"],
+                        "p_unpaired": unpaired["p_vs_local"], "ci_paired": paired["ci_vs_local"],
+                        "p_paired": paired["p_vs_local"], "sig_paired": paired["sig_vs_local"]})
+    out["ratio"] = out["ci_unpaired"] / out["ci_paired"]
+    out = out.reset_index()
+    return out[out["method"] != REFERENCE].sort_values("diff_vs_local").reset_index(drop=True)
+
+
 def gain_by_segment(df: pd.DataFrame, ax=None):
     """The paired difference from `local` in bits per byte against the segment index, one line per
     method with a band of its 95% paired interval: below 0, the memory helps at that segment."""

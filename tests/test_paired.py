@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from memzoo.analysis import memory_gain, segment_differences, summary_table
+from memzoo.analysis import memory_gain, pairing_gain, segment_differences, summary_table
 from memzoo.analysis.stats import bootstrap_versus, paired_bootstrap, paired_t
 from memzoo.core.memory import LayerInputs, LayerMemory, State, zero_loss
 from memzoo.core.model import is_memory_name
@@ -137,6 +137,9 @@ def test_paired_test_marks_a_known_margin_that_the_unpaired_one_drowns() -> None
     assert paired.loc["better", "ci_vs_local"] * 10 < unpaired.loc["better", "ci_vs_local"]
     assert not paired.loc["same", "sig_vs_local"] and paired.loc["better", "n_vs_local"] == 3
     assert unpaired.loc["better", "n_vs_local"] == 0
+    gain = pairing_gain(df).set_index("method")
+    assert gain.loc["better", "ratio"] == pytest.approx(unpaired.loc["better", "ci_vs_local"] / paired.loc["better", "ci_vs_local"])
+    assert gain.loc["better", "sig_paired"] and "local" not in gain.index
 
 
 def test_paired_t_by_hand() -> None:
