@@ -249,4 +249,4 @@ def test_no_nan_on_extreme_inputs(variant: str) -> None:
     assert torch.isfinite(out).all() and all(torch.isfinite(t).all() for t in state.values())
     grads = torch.autograd.grad(out.sum(), [x.q, x.k, x.v, x.h, *mem.m0])
     assert all(torch.isfinite(gr).all() for gr in grads)
-    assert float(max(t.abs().max() for t in state.values())) < 1e3
+    assert float(max(t.detach().abs().max() for t in state.values())) < 1e3

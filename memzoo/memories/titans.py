@@ -116,44 +116,49 @@ def inner_grad(weights: list[Tensor], keys: Tensor, values: Tensor) -> tuple[lis
 
 
 def decay_matrix(cum: Tensor) -> Tensor:
-    """[..., n] cumulative log-factors -> [..., n, n] with exp(cum_i − cum_m) for i ≥ m, else 0."""
+    """[..., n] cumulative log-factors -> [..., n, n] with exp(cum_i − cum_m) for i ≥ m, else 0
+    (masked before exp: no overflow above the diagonal)."""
     n = cum.shape[-1]
-    lower = torch.ones(n, n, dtype=torch.bool, device=cum.device).tril()
-    diff = cum[..., :, None] - cum[..., None, :]  # [..., i, m]
-    return torch.exp(torch.where(lower, diff, torch.full_like(diff, -math.inf)))
+    upper = torch.ones(n, n, dtype=torch.bool, device=cum.device).triu(1)
+    return (cum[..., :, None] - cum[..., None, :]).masked_fill(upper, -math.inf).exp()
+
+
+def chunk_coefficients(log_keep: Tensor, log_eta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The chunk's linear recurrences in closed form, from log(1 − α), log η [..., n]:
+    A_i, s_i [..., n], C_ij [..., n, n], E_n / E_j [..., n] and E_n [...]."""
+    la, le = log_keep.cumsum(-1), log_eta.cumsum(-1)  # log A_i, log E_i
+    p, q = decay_matrix(la), decay_matrix(le)  # A_i / A_m, E_m / E_j
+    c = p @ q  # C_ij = Σ_{j≤m≤i} (A_i/A_m)(E_m/E_j)
+    s_coef = (p @ le.exp()[..., None])[..., 0]  # s_i = Σ_{m≤i} (A_i/A_m) E_m
+    return la.exp(), s_coef, c, q[..., -1, :], le[..., -1].exp()
 
 
 def chunk_step(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, values: Tensor, queries: Tensor,
-               log_keep: Tensor, log_eta: Tensor, lr: Tensor, grad_clip: float
-               ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+               coefs: tuple[Tensor, ...], lr: Tensor, grad_clip: float) -> tuple[Tensor, list[Tensor], list[Tensor]]:
     """One chunk of n tokens: reads M_i(q_i) after each token's write, and the state after the chunk.
 
-    keys, values, queries: [B, H, n, D]; log_keep = log(1 − α), log_eta = log η, lr = θ: [B, H, n].
+    keys, values, queries: [B, H, n, D]; lr = θ: [B, H, n]; coefs: `chunk_coefficients` of the chunk.
     """
+    a_coef, s_coef, c, q_end, e_end = coefs
     deltas, acts = inner_grad(weights, keys, values)
     if grad_clip > 0:  # ‖δ aᵀ‖_F = ‖δ‖ ‖a‖ per layer
         norm2 = sum((d * d).sum(-1) * (a * a).sum(-1) for d, a in zip(deltas, acts))  # [B, H, n]
         lr = lr / torch.clamp(torch.sqrt(norm2 + 1e-30) / grad_clip, min=1.0)
-    la, le = log_keep.cumsum(-1), log_eta.cumsum(-1)  # log A_i, log E_i: [B, H, n]
-    p, q = decay_matrix(la), decay_matrix(le)  # A_i / A_m, E_m / E_j: [B, H, n, n]
-    c = p @ q  # C_ij = Σ_m (A_i/A_m)(E_m/E_j)
-    s_coef = (p @ torch.exp(le)[..., None])[..., 0]  # s_i = Σ_m (A_i/A_m) E_m: [B, H, n]
-    a_coef = torch.exp(la)  # A_i
     cl = c * lr[..., None, :]  # C_ij θ_j
     # Reads at W_i, layer by layer (the dual form: no per-token weights are materialised).
     r = queries
     for l, (w, s) in enumerate(zip(weights, momentum)):
-        z = (a_coef[..., None] * einsum(r, w, "b h n i, b h o i -> b h n o")
-             + s_coef[..., None] * einsum(r, s, "b h n i, b h o i -> b h n o")
-             - (cl * einsum(r, acts[l], "b h n i, b h j i -> b h n j")) @ deltas[l])
+        both = einsum(r, torch.cat((w, s), dim=-2), "b h n i, b h o i -> b h n o")  # r Wᵀ ‖ r Sᵀ in one product
+        rw, rs = both.split(w.shape[-2], dim=-1)
+        z = a_coef[..., None] * rw + s_coef[..., None] * rs - (cl * (r @ acts[l].transpose(-1, -2))) @ deltas[l]
         r = F.silu(z) if l < len(weights) - 1 else z
     # The state after the chunk's last token.
-    c_end, q_end = cl[..., -1, :], q[..., -1, :] * lr  # [B, H, n]
-    a_end, s_end, e_end = a_coef[..., -1, None, None], s_coef[..., -1, None, None], torch.exp(le[..., -1, None, None])
+    c_end, q_end = cl[..., -1, :, None], (q_end * lr)[..., None]  # [B, H, n, 1]
+    a_end, s_end, e_end = a_coef[..., -1, None, None], s_coef[..., -1, None, None], e_end[..., None, None]
     new_w, new_s = [], []
     for w, s, d, a in zip(weights, momentum, deltas, acts):
-        new_w.append(a_end * w + s_end * s - einsum(c_end[..., None] * d, a, "b h n o, b h n i -> b h o i"))
-        new_s.append(e_end * s - einsum(q_end[..., None] * d, a, "b h n o, b h n i -> b h o i"))
+        new_w.append(a_end * w + s_end * s - (c_end * d).transpose(-1, -2) @ a)
+        new_s.append(e_end * s - (q_end * d).transpose(-1, -2) @ a)
     return r, new_w, new_s
 
 
@@ -161,13 +166,24 @@ def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, val
                 log_keep: Tensor, log_eta: Tensor, lr: Tensor, chunk_size: int, grad_clip: float
                 ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
     """Write a segment's tokens chunk by chunk (chunks from the segment's first token; the last one
-    is what is left) and read M_i(q_i) after each token's write. Returns (reads [B, H, n, D], W, S)."""
+    is what is left) and read M_i(q_i) after each token's write. Returns (reads [B, H, n, D], W, S).
+
+    The chunks' decay/momentum coefficients do not depend on the state: computed for all full chunks
+    at once. Inputs are cut by split (one gradient concatenation in backward, not a zero tensor of
+    the whole segment per chunk)."""
     n = keys.shape[-2]
+    sizes = [chunk_size] * (n // chunk_size) + ([n % chunk_size] if n % chunk_size else [])
+    full = (n // chunk_size) * chunk_size
+    coefs: list[tuple[Tensor, ...]] = []
+    if full:
+        per = lambda t: t[..., :full].unflatten(-1, (full // chunk_size, chunk_size))  # noqa: E731  [B, H, nc, c]
+        coefs += list(zip(*(t.unbind(2) for t in chunk_coefficients(per(log_keep), per(log_eta)))))
+    if full < n:
+        coefs.append(chunk_coefficients(log_keep[..., full:], log_eta[..., full:]))
     reads = []
-    for start in range(0, n, chunk_size):
-        sl = slice(start, min(start + chunk_size, n))
-        r, weights, momentum = chunk_step(weights, momentum, keys[..., sl, :], values[..., sl, :], queries[..., sl, :],
-                                          log_keep[..., sl], log_eta[..., sl], lr[..., sl], grad_clip)
+    parts = zip(keys.split(sizes, -2), values.split(sizes, -2), queries.split(sizes, -2), lr.split(sizes, -1), coefs)
+    for k, v, q, theta, coef in parts:
+        r, weights, momentum = chunk_step(weights, momentum, k, v, q, coef, theta, grad_clip)
         reads.append(r)
     return torch.cat(reads, dim=-2), weights, momentum
 
@@ -189,10 +205,14 @@ class CausalConv(nn.Module):
             self.conv.bias.zero_()
 
     def forward(self, x: Tensor) -> Tensor:
-        b, h, n, d = x.shape
-        flat = rearrange(x, "b h n d -> b (h d) n")
-        y = self.conv(F.pad(flat, (self.kernel - 1, 0)))  # zero history before the segment
-        return F.silu(rearrange(y, "b (h d) n -> b h n d", h=h))
+        """y_t = SiLU(b + Σ_j w_j x_{t−K+1+j}) per channel, as shifted products (cheaper than a grouped
+        Conv1d on CPU, forward and backward)."""
+        h, n, d = x.shape[-3:]
+        w = rearrange(self.conv.weight, "(h d) 1 k -> k h 1 d", h=h)  # [K, H, 1, D]
+        y = x * w[-1] + rearrange(self.conv.bias, "(h d) -> h 1 d", h=h)
+        for j in range(1, min(self.kernel, n)):  # tap K−1−j looks j tokens back
+            y = y + F.pad(x[..., : n - j, :], (0, 0, j, 0)) * w[-1 - j]  # zero history before the segment
+        return F.silu(y)
 
 
 class Gates(nn.Module):
