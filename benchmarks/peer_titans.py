@@ -52,14 +52,14 @@ DIM, DEPTH, HEADS, DIM_HEAD, SEGMENT, BATCH, LENGTH = 256, 4, 4, 64, 128, 4, 102
 CHUNK, N_PERSIST, N_LONGTERM, MEM_DEPTH, MEM_EXPANSION = 16, 4, 16, 2, 1
 
 
-def memzoo_model_step() -> Callable[[], None]:
+def memzoo_model_step(chunk: int = CHUNK) -> Callable[[], None]:
     from memzoo.core.config import ModelConfig
     from memzoo.core.model import MemoryModel
     from memzoo.core.plugins import get_memory
 
     cfg = ModelConfig(d_model=DIM, n_layers=DEPTH, n_heads=HEADS, segment_len=SEGMENT, mlp_ratio=4.0,
                       attention_backend="sdpa")
-    mem_cfg = get_memory("titans-mac").config(depth=MEM_DEPTH, expansion=MEM_EXPANSION, chunk_size=CHUNK,
+    mem_cfg = get_memory("titans-mac").config(depth=MEM_DEPTH, expansion=MEM_EXPANSION, chunk_size=chunk,
                                               n_persistent=N_PERSIST)
     model = MemoryModel(cfg, "titans-mac", mem_cfg).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -108,7 +108,7 @@ class MemzooMemoryOnly(torch.nn.Module):
     """memzoo's Titans memory path alone: q/k/v projection, conv + SiLU (+ l2), gates, chunked scan
     segment by segment, output projection. [B, T, DIM] -> [B, T, DIM]."""
 
-    def __init__(self):
+    def __init__(self, chunk: int = CHUNK):
         super().__init__()
         from einops import rearrange
 
@@ -117,32 +117,29 @@ class MemzooMemoryOnly(torch.nn.Module):
 
         self.rearrange = rearrange
         cfg = ModelConfig(d_model=DIM, n_layers=1, n_heads=HEADS, segment_len=SEGMENT)
-        self.mem = Titans(TitansConfig(variant="mag", depth=MEM_DEPTH, expansion=MEM_EXPANSION, chunk_size=CHUNK,
+        self.mem = Titans(TitansConfig(variant="mag", depth=MEM_DEPTH, expansion=MEM_EXPANSION, chunk_size=chunk,
                                        n_persistent=0), cfg, 0)
         self.qkv = torch.nn.Linear(DIM, 3 * DIM, bias=False)
         self.out = torch.nn.Linear(DIM, DIM, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from memzoo.memories.titans import l2n
-
         r = self.rearrange
         # one contiguous [3, B·S, H, N, D] block, as the backbone hands a layer its q, k, v
         q, k, v = r(self.qkv(x), "b (s n) (three h d) -> three (b s) h n d", three=3, h=HEADS, n=SEGMENT).contiguous()
         b = x.shape[0]
-        q, k, v = (r(t, "(b s) h n d -> b s h n d", b=b).unbind(1) for t in
-                   (l2n(self.mem.conv_q(q)), l2n(self.mem.conv_k(k)), self.mem.conv_v(v)))
-        h = r(x, "b (s n) c -> b s n c", n=SEGMENT).unbind(1)
+        q, k, v = (r(t, "(b s) h n d -> b s h n d", b=b).unbind(1) for t in self.mem.features(q, k, v))
+        gates = [g.unbind(1) for g in self.mem.gate_values_of(r(x, "b (s n) c -> b s n c", n=SEGMENT))]
         state = self.mem.initial_state(b, x.device)
         reads = []
         for s in range(len(q)):  # segment by segment, the state carried (unbind: no zero-filled gradients)
-            m, state = self.mem._write(state, k[s], v[s], q[s], h[s])
+            m, state = self.mem._write(state, k[s], v[s], q[s], tuple(g[s] for g in gates))
             reads.append(m)
         return self.out(r(torch.stack(reads, 1), "b s h n d -> b (s n) (h d)"))
 
 
-def memory_step(side: str) -> Callable[[], None]:
+def memory_step(side: str, chunk: int = CHUNK) -> Callable[[], None]:
     if side == "memzoo":
-        module = MemzooMemoryOnly()
+        module = MemzooMemoryOnly(chunk)
     else:
         from titans_pytorch import MemoryMLP, NeuralMemory
 
@@ -174,13 +171,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="timed steps per side per round")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", choices=["model", "memory"], default=None)
+    ap.add_argument("--memzoo-chunk", type=int, default=CHUNK,
+                    help="memzoo's chunk (the port's stays 16; see the module docstring for what a chunk means to each)")
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rows = []
     for what in ("memory", "model") if args.only is None else (args.only,):
-        steps = {"memzoo": memzoo_model_step() if what == "model" else memory_step("memzoo"),
+        steps = {"memzoo": memzoo_model_step(args.memzoo_chunk) if what == "model" else memory_step("memzoo", args.memzoo_chunk),
                  "port": port_model_step() if what == "model" else memory_step("port")}
         for fn in steps.values():
             fn()  # warm-up
@@ -191,10 +190,10 @@ def main() -> None:
         med = {side: statistics.median(v) for side, v in samples.items()}
         for side, v in samples.items():
             print(f"{what:6s} {side:6s} tokens/s median {med[side]:8.1f}  min {min(v):8.1f}  max {max(v):8.1f}  (n={len(v)})")
-            rows.append({"comparison": what, "side": side, "median_tokens_per_s": round(med[side], 1),
+            rows.append({"comparison": what, "side": side, "memzoo_chunk": args.memzoo_chunk, "median_tokens_per_s": round(med[side], 1),
                          "min": round(min(v), 1), "max": round(max(v), 1), "n": len(v), "threads": args.threads})
         print(f"{what:6s} ratio {med['memzoo'] / med['port']:.2f}  (memzoo / titans-pytorch 0.5.5)")
-        rows.append({"comparison": what, "side": "ratio", "median_tokens_per_s": round(med["memzoo"] / med["port"], 3),
+        rows.append({"comparison": what, "side": "ratio", "memzoo_chunk": args.memzoo_chunk, "median_tokens_per_s": round(med["memzoo"] / med["port"], 3),
                      "min": "", "max": "", "n": "", "threads": args.threads})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

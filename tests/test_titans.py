@@ -176,11 +176,11 @@ def mac_in_paper_order(mem: Titans, x: SegmentInputs, state: dict) -> tuple[torc
     """One MAC segment composed from the paper's steps, with the reads of the OLD memory written here:
     r = M_{t−1}(q̃) (test's own MLP, per token), attend [persistent ‖ r ‖ segment], write y, gate."""
     weights = [state[f"W{l}"] for l in range(mem.cfg.depth)]
-    q_read = l2n(mem.conv_q(x.q))
+    q_read = mem.read_queries(x.q)
     r = torch.stack([mlp_ref(weights, q_read[..., t, :]) for t in range(x.q.shape[-2])], dim=-2)
-    y = mem.attend_with_context(x, r)
-    yq, yk, yv = (torch.einsum("bhni,oi->bhno", y, w) for w in mem.y_qkv)
-    m, new_state = mem._write(state, l2n(mem.conv_k(yk)), mem.conv_v(yv), l2n(mem.conv_yq(yq)), x.h)
+    y = mem.attend_with_context(x, r, mem._persistent_prefix(x.project_kv, B, x.q.device))
+    yq, yk, yv = mem.y_features(y)
+    m, new_state = mem._write(state, yk, yv, yq, mem.gate_values_of(x.h))
     return mem.combine(y, m), new_state
 
 
@@ -203,12 +203,13 @@ def test_mac_reads_old_memory_attends_then_writes() -> None:
     _, st1 = mac_in_paper_order(mem, x.segments()[0], mem.initial_state(B, torch.device("cpu")))
     w1 = [st1[f"W{l}"].detach() for l in range(mem.cfg.depth)]
     w2 = [state[f"W{l}"].detach() for l in range(mem.cfg.depth)]
+    prefix = mem._persistent_prefix(seg1.project_kv, B, seg1.q.device)
     with torch.no_grad():
-        r_old = mem.retrieve(seg1, st1)
-        r_new = mem.retrieve(seg1, state)
+        r_old = mem.retrieve(st1, mem.read_queries(seg1.q))
+        r_new = mem.retrieve(state, mem.read_queries(seg1.q))
     assert float((r_old - r_new).abs().max()) > 1e-3 and any(float((a - b).abs().max()) > 1e-3 for a, b in zip(w1, w2))
     with torch.no_grad():
-        y_old, y_new = mem.attend_with_context(seg1, r_old), mem.attend_with_context(seg1, r_new)
+        y_old, y_new = mem.attend_with_context(seg1, r_old, prefix), mem.attend_with_context(seg1, r_new, prefix)
     assert float((y_old - y_new).abs().max()) > 1e-4
 
 

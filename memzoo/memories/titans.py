@@ -145,20 +145,26 @@ def chunk_step(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, valu
         norm2 = sum((d * d).sum(-1) * (a * a).sum(-1) for d, a in zip(deltas, acts))  # [B, H, n]
         lr = lr / torch.clamp(torch.sqrt(norm2 + 1e-30) / grad_clip, min=1.0)
     cl = c * lr[..., None, :]  # C_ij θ_j
-    # Reads at W_i, layer by layer (the dual form: no per-token weights are materialised).
+    ws = [torch.stack((w, s), dim=2) for w, s in zip(weights, momentum)]  # [B, H, 2, out, in]: W⁰ and S⁰
+    # Reads at W_i = A_i W⁰ + s_i S⁰ − Σ_j C_ij θ_j δ_j a_jᵀ, layer by layer (the dual form: no per-token
+    # weights are materialised).
+    mix_read = torch.stack((a_coef, s_coef), dim=-1)[..., None]  # [B, H, n, 2, 1]
     r = queries
-    for l, (w, s) in enumerate(zip(weights, momentum)):
-        both = einsum(r, torch.cat((w, s), dim=-2), "b h n i, b h o i -> b h n o")  # r Wᵀ ‖ r Sᵀ in one product
-        rw, rs = both.split(w.shape[-2], dim=-1)
-        z = a_coef[..., None] * rw + s_coef[..., None] * rs - (cl * (r @ acts[l].transpose(-1, -2))) @ deltas[l]
-        r = F.silu(z) if l < len(weights) - 1 else z
-    # The state after the chunk's last token.
-    c_end, q_end = cl[..., -1, :, None], (q_end * lr)[..., None]  # [B, H, n, 1]
-    a_end, s_end, e_end = a_coef[..., -1, None, None], s_coef[..., -1, None, None], e_end[..., None, None]
+    for l, x in enumerate(ws):
+        both = (r @ x.flatten(2, 3).transpose(-1, -2)).unflatten(-1, (2, x.shape[-2]))  # r W⁰ᵀ, r S⁰ᵀ: [B, H, n, 2, out]
+        z = (both * mix_read).sum(-2) - (cl * (r @ acts[l].transpose(-1, -2))) @ deltas[l]
+        r = F.silu(z) if l < len(ws) - 1 else z
+    # The state after the chunk's last token: [W; S] <- [[A_n, s_n], [0, E_n]] [W⁰; S⁰] − [C_n· θ; E_n/E_· θ] ∇.
+    zero = torch.zeros_like(e_end)
+    mix = torch.stack((a_coef[..., -1], s_coef[..., -1], zero, e_end), dim=-1).unflatten(-1, (2, 2))  # [B, H, 2, 2]
+    upd = torch.stack((cl[..., -1, :], q_end * lr), dim=2)[..., None]  # [B, H, 2, n, 1]
     new_w, new_s = [], []
-    for w, s, d, a in zip(weights, momentum, deltas, acts):
-        new_w.append(a_end * w + s_end * s - (c_end * d).transpose(-1, -2) @ a)
-        new_s.append(e_end * s - (q_end * d).transpose(-1, -2) @ a)
+    for x, d, a in zip(ws, deltas, acts):
+        grads = (upd * d[:, :, None]).transpose(-1, -2) @ a[:, :, None]  # [B, H, 2, out, in]
+        new = einsum(mix, x, "b h p q, b h q o i -> b h p o i") - grads
+        w, s = new.unbind(2)
+        new_w.append(w)
+        new_s.append(s)
     return r, new_w, new_s
 
 
@@ -193,25 +199,25 @@ def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, val
 
 
 class CausalConv(nn.Module):
-    """Depthwise causal conv over time + SiLU on [B, H, n, D], restarting at each call (segment)."""
+    """Depthwise causal conv over time + SiLU for `streams` inputs at once ([T, B, H, n, D], one weight
+    per stream and channel), zero history before each call (segment): y_t = SiLU(b + Σ_j w_j x_{t−K+1+j})."""
 
-    def __init__(self, n_heads: int, d_head: int, kernel: int):
+    def __init__(self, streams: int, n_heads: int, d_head: int, kernel: int):
         super().__init__()
         self.kernel = kernel
-        self.conv = nn.Conv1d(n_heads * d_head, n_heads * d_head, kernel, groups=n_heads * d_head)
-        with torch.no_grad():  # start near the identity: the current token's weight 1, the past small
-            self.conv.weight.normal_(0.0, 0.02)
-            self.conv.weight[..., -1] += 1.0
-            self.conv.bias.zero_()
+        # [T, K, H, 1, D]: tap K−1 is the current token, initialised to 1 (near the identity), the past small
+        weight = torch.randn(streams, kernel, n_heads, 1, d_head) * 0.02
+        weight[:, -1] += 1.0
+        self.weight = nn.Parameter(weight)
+        self.bias = nn.Parameter(torch.zeros(streams, n_heads, 1, d_head))
 
     def forward(self, x: Tensor) -> Tensor:
-        """y_t = SiLU(b + Σ_j w_j x_{t−K+1+j}) per channel, as shifted products (cheaper than a grouped
-        Conv1d on CPU, forward and backward)."""
-        h, n, d = x.shape[-3:]
-        w = rearrange(self.conv.weight, "(h d) 1 k -> k h 1 d", h=h)  # [K, H, 1, D]
-        y = x * w[-1] + rearrange(self.conv.bias, "(h d) -> h 1 d", h=h)
+        """x: [T, B, H, n, D] -> [T, B, H, n, D], as shifted products (cheaper than grouped Conv1d on CPU)."""
+        n = x.shape[-2]
+        w = self.weight[:, :, None]  # [T, K, 1, H, 1, D]
+        y = x * w[:, -1] + self.bias[:, None]
         for j in range(1, min(self.kernel, n)):  # tap K−1−j looks j tokens back
-            y = y + F.pad(x[..., : n - j, :], (0, 0, j, 0)) * w[-1 - j]  # zero history before the segment
+            y = y + F.pad(x[..., : n - j, :], (0, 0, j, 0)) * w[:, -1 - j]  # zero history before the segment
         return F.silu(y)
 
 
@@ -229,7 +235,8 @@ class Gates(nn.Module):
             self.proj.bias.copy_(torch.tensor(bias).repeat_interleave(n_heads))
 
     def forward(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        za, ze, zt = rearrange(self.proj(h), "b n (three h) -> three b h n", three=3)
+        """h: [..., n, d_model] -> 3 x [..., H, n]."""
+        za, ze, zt = rearrange(self.proj(h), "... n (three h) -> three ... h n", three=3)
         return F.logsigmoid(-za), F.logsigmoid(ze), F.softplus(zt)
 
 
@@ -275,13 +282,13 @@ class Titans(LayerMemory):
         self.m0 = nn.ParameterList(  # M_0, shared by the heads: [out, in] per layer
             nn.Parameter(torch.randn(o, i) / math.sqrt(i)) for o, i in self.layer_shapes(cfg, d)
         )
-        self.conv_q, self.conv_k, self.conv_v = (CausalConv(h, d, cfg.conv_kernel) for _ in range(3))
+        self.conv_qkv = CausalConv(3, h, d, cfg.conv_kernel)  # MAG: the backbone's q, k, v; MAC: y's q, k, v
         self.gates = Gates(model.d_model, h, cfg)
         self.combine = GateCombine(h, d)
         self.persistent = nn.Parameter(torch.randn(cfg.n_persistent, model.d_model) * 0.02)  # [N_p, d_model]
         if cfg.variant == "mac":  # q, k, v of the attention output y, for its write and its gating read
             self.y_qkv = nn.Parameter(torch.randn(3, d, d) / math.sqrt(d))  # shared by the heads
-            self.conv_yq = CausalConv(h, d, cfg.conv_kernel)
+            self.conv_read = CausalConv(1, h, d, cfg.conv_kernel)  # the backbone's q, for the read of the old memory
 
     @staticmethod
     def layer_shapes(cfg: TitansConfig, d: int) -> list[tuple[int, int]]:
@@ -323,57 +330,80 @@ class Titans(LayerMemory):
         valid = torch.ones(batch, n_p, dtype=torch.bool, device=device)
         return KVPrefix(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1), pos, valid)
 
-    def _write(self, state: State, keys: Tensor, values: Tensor, queries: Tensor, h: Tensor) -> tuple[Tensor, State]:
-        """Chunked write of one segment (float32), reading M_i(q_i) after each token's write."""
+    def _write(self, state: State, keys: Tensor, values: Tensor, queries: Tensor,
+               gates: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, State]:
+        """Chunked write of one segment (float32), reading M_i(q_i) after each token's write.
+        gates: log(1 − α), log η, θ, each [B, H, n]."""
         dt = self.state_dtype()
         with torch.autocast(device_type=keys.device.type, enabled=False):
-            log_keep, log_eta, lr = self.gates(h.to(dt))  # [B, H, n] each
             weights, momentum = self._unpack(state)
             reads, weights, momentum = scan_memory(
-                weights, momentum, keys.to(dt), values.to(dt), queries.to(dt), log_keep, log_eta, lr,
+                weights, momentum, keys.to(dt), values.to(dt), queries.to(dt), *gates,
                 self.cfg.chunk_size, self.cfg.grad_clip)
         return reads, self._pack(weights, momentum)
+
+    def features(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Conv + SiLU of each ([..., H, n, D], state dtype), q and k ℓ2-normalised."""
+        qc, kc, vc = self.conv_qkv(torch.stack((q, k, v)).to(self.state_dtype())).unbind(0)
+        return l2n(qc), l2n(kc), vc
+
+    def gate_values_of(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """log(1 − α), log η, θ from h [..., n, d_model] (state dtype): 3 x [..., H, n]."""
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            return self.gates(h.to(self.state_dtype()))
 
     # -- MAG: attention for all segments at once, then the memory segment by segment
 
     def forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
         if self.cfg.variant == "mac":
-            return super().forward(x, state)  # segment by segment (`segment`)
+            return self.mac_forward(x, state)
         b, s, h, n, d = x.q.shape
         flat = lambda t: rearrange(t, "b s h n d -> (b s) h n d")  # noqa: E731  segments independent here
         y = x.attend(flat(x.q), flat(x.k), flat(x.v), prefix=self._persistent_prefix(x.project_kv, b * s, x.q.device))
-        dt = self.state_dtype()
-        qf = l2n(self.conv_q(flat(x.q).to(dt)))  # conv restarts per segment: (b s) is the batch
-        kf = l2n(self.conv_k(flat(x.k).to(dt)))
-        vf = self.conv_v(flat(x.v).to(dt))
         unflat = lambda t: rearrange(t, "(b s) h n d -> b s h n d", b=b)  # noqa: E731
-        qs, ks, vs = unflat(qf).unbind(1), unflat(kf).unbind(1), unflat(vf).unbind(1)
+        qs, ks, vs = (unflat(t).unbind(1) for t in self.features(flat(x.q), flat(x.k), flat(x.v)))  # conv restarts per segment
+        gates = [g.unbind(1) for g in self.gate_values_of(x.h)]  # 3 x S x [B, H, N]
         reads = []
-        for i, (hs, reset) in enumerate(zip(x.h.unbind(1), x.reset.unbind(1))):
+        for i, reset in enumerate(x.reset.unbind(1)):
             state = self.reset_rows(state, reset)
-            m, state = self._write(state, ks[i], vs[i], qs[i], hs)
+            m, state = self._write(state, ks[i], vs[i], qs[i], tuple(g[i] for g in gates))
             reads.append(m)
         out = self.combine(unflat(y), torch.stack(reads, dim=1))  # [B, S, H, N, D]
         return out, state, zero_loss(x.q)
 
-    # -- MAC: one segment in the paper's order
+    # -- MAC: segment by segment in the paper's order (what does not depend on the state: all at once)
 
-    def retrieve(self, x: SegmentInputs, state: State) -> Tensor:
+    def mac_forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
+        b, s = x.q.shape[:2]
+        q_read = self.read_queries(rearrange(x.q, "b s h n d -> (b s) h n d"))  # conv restarts per segment
+        q_read = rearrange(q_read, "(b s) h n d -> b s h n d", b=b).unbind(1)
+        gates = [g.unbind(1) for g in self.gate_values_of(x.h)]  # 3 x S x [B, H, N]
+        prefix = self._persistent_prefix(x.project_kv, b, x.q.device)
+        outs = []
+        for i, (seg, reset) in enumerate(zip(x.segments(), x.reset.unbind(1))):
+            state = self.reset_rows(state, reset)
+            out, state = self.mac_segment(seg, state, q_read[i], tuple(g[i] for g in gates), prefix)
+            outs.append(out)
+        return torch.stack(outs, dim=1), state, zero_loss(x.q)
+
+    def read_queries(self, q: Tensor) -> Tensor:
+        """q̃ = ℓ2(SiLU(conv(q))) of the backbone's queries [..., H, n, D], for the read of the old memory."""
+        return l2n(self.conv_read(q[None].to(self.state_dtype()))[0])
+
+    def retrieve(self, state: State, q_read: Tensor) -> Tensor:
         """h_t = M*_{t−1}(q̃_t): the old memory read at the segment's queries. [B, H, N, D]."""
-        dt = self.state_dtype()
         weights, _ = self._unpack(state)
-        return mlp_read(weights, l2n(self.conv_q(x.q.to(dt))))
+        return mlp_read(weights, q_read)
 
-    def attend_with_context(self, x: SegmentInputs, retrieved: Tensor) -> Tensor:
+    def attend_with_context(self, x: SegmentInputs, retrieved: Tensor, prefix: Optional[KVPrefix]) -> Tensor:
         """Attention over [persistent ‖ retrieved ‖ segment]; retrieved token i is key and value at
         position i, visible to queries j ≥ i (as the segment's own token i). [B, H, N, D]."""
         b, h, n, d = x.q.shape
         dev = x.q.device
         r = retrieved.to(x.q.dtype)
-        ks, vs, poss, vis = [r, x.k], [r, x.v], [torch.arange(n, device=dev)] * 2, []
+        ks, vs, poss = [r, x.k], [r, x.v], [torch.arange(n, device=dev)] * 2
         causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril()  # [query, key]
         vis = [causal, causal]
-        prefix = self._persistent_prefix(x.project_kv, b, dev)
         if prefix is not None:
             ks.insert(0, prefix.k.to(x.q.dtype))
             vs.insert(0, prefix.v.to(x.q.dtype))
@@ -383,12 +413,17 @@ class Titans(LayerMemory):
         return x.attend.with_mask(x.q, torch.cat(ks, -2), torch.cat(vs, -2), torch.arange(n, device=dev),
                                   torch.cat(poss), mask)
 
-    def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
+    def y_features(self, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Query, key, value of the attention output y [B, H, N, D] for the memory: shared D x D maps,
+        then conv + SiLU (query and key ℓ2-normalised)."""
+        yqkv = einsum(y.to(self.state_dtype()), self.y_qkv.to(self.state_dtype()), "b h n i, t o i -> t b h n o")
+        return self.features(*yqkv.unbind(0))
+
+    def mac_segment(self, x: SegmentInputs, state: State, q_read: Tensor, gates: tuple[Tensor, Tensor, Tensor],
+                    prefix: Optional[KVPrefix]) -> tuple[Tensor, State]:
         """Read the old memory, attend, write y, gate y with the new memory's read."""
-        retrieved = self.retrieve(x, state)  # M_{t−1}, before any write of this segment
-        y = self.attend_with_context(x, retrieved)  # [B, H, N, D]
-        dt = self.state_dtype()
-        yq, yk, yv = (einsum(y.to(dt), w, "b h n i, o i -> b h n o") for w in self.y_qkv.to(dt))
-        yq, yk, yv = l2n(self.conv_yq(yq)), l2n(self.conv_k(yk)), self.conv_v(yv)
-        m, state = self._write(state, yk, yv, yq, x.h)  # M_i(q_y,i) after the writes of tokens ≤ i
-        return self.combine(y, m), state, zero_loss(x.q)
+        retrieved = self.retrieve(state, q_read)  # M_{t−1}, before any write of this segment
+        y = self.attend_with_context(x, retrieved, prefix)  # [B, H, N, D]
+        yq, yk, yv = self.y_features(y)
+        m, state = self._write(state, yk, yv, yq, gates)  # M_i(q_y,i) after the writes of tokens ≤ i
+        return self.combine(y, m), state
