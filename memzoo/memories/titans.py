@@ -145,26 +145,23 @@ def chunk_step(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, valu
         norm2 = sum((d * d).sum(-1) * (a * a).sum(-1) for d, a in zip(deltas, acts))  # [B, H, n]
         lr = lr / torch.clamp(torch.sqrt(norm2 + 1e-30) / grad_clip, min=1.0)
     cl = c * lr[..., None, :]  # C_ij θ_j
-    ws = [torch.stack((w, s), dim=2) for w, s in zip(weights, momentum)]  # [B, H, 2, out, in]: W⁰ and S⁰
     # Reads at W_i = A_i W⁰ + s_i S⁰ − Σ_j C_ij θ_j δ_j a_jᵀ, layer by layer (the dual form: no per-token
     # weights are materialised).
-    mix_read = torch.stack((a_coef, s_coef), dim=-1)[..., None]  # [B, H, n, 2, 1]
     r = queries
-    for l, x in enumerate(ws):
-        both = (r @ x.flatten(2, 3).transpose(-1, -2)).unflatten(-1, (2, x.shape[-2]))  # r W⁰ᵀ, r S⁰ᵀ: [B, H, n, 2, out]
-        z = (both * mix_read).sum(-2) - (cl * (r @ acts[l].transpose(-1, -2))) @ deltas[l]
-        r = F.silu(z) if l < len(ws) - 1 else z
-    # The state after the chunk's last token: [W; S] <- [[A_n, s_n], [0, E_n]] [W⁰; S⁰] − [C_n· θ; E_n/E_· θ] ∇.
-    zero = torch.zeros_like(e_end)
-    mix = torch.stack((a_coef[..., -1], s_coef[..., -1], zero, e_end), dim=-1).unflatten(-1, (2, 2))  # [B, H, 2, 2]
+    for l, (w, s) in enumerate(zip(weights, momentum)):
+        both = r @ torch.cat((w, s), dim=-2).transpose(-1, -2)  # r W⁰ᵀ ‖ r S⁰ᵀ in one product: [B, H, n, 2 out]
+        rw, rs = both.split(w.shape[-2], dim=-1)
+        z = a_coef[..., None] * rw + s_coef[..., None] * rs - (cl * (r @ acts[l].transpose(-1, -2))) @ deltas[l]
+        r = F.silu(z) if l < len(weights) - 1 else z
+    # The state after the chunk's last token: W = A_n W⁰ + s_n S⁰ − Σ_j C_nj θ_j ∇_j, S = E_n S⁰ − Σ_j (E_n/E_j) θ_j ∇_j,
+    # both sums in one product per layer.
+    a_end, s_end, e_end = a_coef[..., -1, None, None], s_coef[..., -1, None, None], e_end[..., None, None]
     upd = torch.stack((cl[..., -1, :], q_end * lr), dim=2)[..., None]  # [B, H, 2, n, 1]
     new_w, new_s = [], []
-    for x, d, a in zip(ws, deltas, acts):
-        grads = (upd * d[:, :, None]).transpose(-1, -2) @ a[:, :, None]  # [B, H, 2, out, in]
-        new = einsum(mix, x, "b h p q, b h q o i -> b h p o i") - grads
-        w, s = new.unbind(2)
-        new_w.append(w)
-        new_s.append(s)
+    for w, s, d, a in zip(weights, momentum, deltas, acts):
+        g_w, g_s = ((upd * d[:, :, None]).transpose(-1, -2) @ a[:, :, None]).unbind(2)  # [B, H, out, in] each
+        new_w.append(a_end * w + s_end * s - g_w)
+        new_s.append(e_end * s - g_s)
     return r, new_w, new_s
 
 
