@@ -32,6 +32,19 @@ positions; memzoo uses RoPE in attention.
 
 Prints tokens/s per side (median, min, max) and `ratio` (memzoo's median over the port's) for each
 comparison, and writes peer_titans.csv.
+
+Measured (2026-11-23, a 2-core CPU shared with other jobs, load average 5-7, one thread each, 3
+alternating rounds of one step; `python benchmarks/peer_titans.py --rounds 3 --steps 1`):
+
+    memory alone, chunk 16:   memzoo 2,263 tokens/s, port 1,939: ratio 1.17
+    model step,   chunk 16:   memzoo   320 tokens/s, port   294: ratio 1.09
+    model step, memzoo chunk 64 (`--only model --memzoo-chunk 64`): memzoo 479, port 298: ratio 1.61
+
+At the same nominal chunk memzoo is not 1.5x the port: the port takes every gradient of a call at
+the call's starting weights (its chunk only groups the momentum scan), so all its chunks run in
+parallel, while memzoo takes them at each chunk's start (the paper's chunked form), a sequential
+loop over chunks whose per-chunk overhead dominates at 16 tokens on CPU. At chunk 64 memzoo's
+gradients are still taken 16 times more often per 1,024 tokens than the port's, and it is 1.6x.
 """
 from __future__ import annotations
 
