@@ -21,6 +21,8 @@ TINY_OPTIONS: dict[str, dict] = {
     "memorizing": {"store_size": 32, "mem_len": 8, "top_k": 4},
     "rmt": {"n_mem_tokens": 2},
     "infty-former": {"n_basis": 8, "mem_len": 8},
+    "titans-mac": {"chunk_size": 4, "n_persistent": 2},
+    "titans-mag": {"chunk_size": 4, "n_persistent": 2},
 }
 
 METHODS = sorted(registered())
@@ -42,6 +44,8 @@ VARIANTS: list[tuple[str, str, dict]] = [
     ("gated-deltanet-chunk3", "gated-deltanet", {"chunk_size": 3}),  # 3 chunks per 8-token segment, the last partial
     ("gated-deltanet-loop", "gated-deltanet", {"chunkwise": False}),  # the per-token reference
     ("deltanet-chunk5-no-conv", "deltanet", {"chunk_size": 5, "conv_size": 0}),
+    ("titans-mac-linear-chunk3", "titans-mac", {"depth": 1, "chunk_size": 3, "n_persistent": 0}),
+    ("titans-mag-deep-chunk3", "titans-mag", {"depth": 3, "expansion": 2, "chunk_size": 3, "conv_kernel": 1}),
 ]
 # (id, method, options): every registered method at its tiny options, then the variants.
 CASES = [(m, m, TINY_OPTIONS.get(m, {})) for m in METHODS] + [v for v in VARIANTS if v[1] in METHODS]
