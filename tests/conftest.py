@@ -21,6 +21,9 @@ TINY_OPTIONS: dict[str, dict] = {
     "memorizing": {"store_size": 32, "mem_len": 8, "top_k": 4},
     "rmt": {"n_mem_tokens": 2},
     "infty-former": {"n_basis": 8, "mem_len": 8},
+    # W_V starts at zero in the paper (a silent memory, no reach and no gradient through the state
+    # until W_V learns); the untrained tiny model needs it nonzero for the invariants to see the memory.
+    "armt": {"n_mem_tokens": 2, "d_mem": 4, "w_v_init_std": 0.2},
 }
 
 METHODS = sorted(registered())
@@ -39,6 +42,7 @@ VARIANTS: list[tuple[str, str, dict]] = [
     ("rmt-causal-mask", "rmt", {"n_mem_tokens": 2, "memory_mask": "causal"}),
     ("infty-former-sticky", "infty-former", {"n_basis": 8, "mem_len": 12, "kv_weights": "layer", "sticky_memories": True}),
     ("infty-former-no-stm", "infty-former", {"n_basis": 8, "mem_len": 0}),
+    ("armt-nu1", "armt", {"n_mem_tokens": 3, "d_mem": 3, "nu": 1, "w_v_init_std": 0.2}),
 ]
 # (id, method, options): every registered method at its tiny options, then the variants.
 CASES = [(m, m, TINY_OPTIONS.get(m, {})) for m in METHODS] + [v for v in VARIANTS if v[1] in METHODS]
