@@ -34,6 +34,7 @@ VARIANTS: list[tuple[str, str, dict]] = [
     ("xl-kv", "xl", {"mem_len": 12, "cache": "kv"}),
     ("infini-linear-loop", "infini-linear", {"vectorized": False}),
     ("infini-delta-skip", "infini-delta", {"first_read": "skip"}),
+    ("infini-delta-gamma", "infini-delta", {"normalizer": "gamma"}),
     ("compressive-mean", "compressive", {"mem_len": 8, "cmem_len": 4, "compression_rate": 2, "compression": "mean"}),
     ("compressive-dconv", "compressive", {"mem_len": 4, "cmem_len": 4, "compression_rate": 2,
                                           "compression": "depthwise-conv"}),

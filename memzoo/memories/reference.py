@@ -34,8 +34,12 @@ INFINI_DEN_FLOOR = 1e-30
 
 
 def infini_reference(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, reset: Tensor, rule: str,
-                     first_read: str = "zeros", rope_base: float = 10000.0) -> tuple[Tensor, Tensor, Tensor]:
+                     first_read: str = "zeros", rope_base: float = 10000.0,
+                     normalizer: str = "paper") -> tuple[Tensor, Tensor, Tensor]:
     """Infini-attention for q, k, v [B, S, H, N, D], gate β [H], reset [B, S].
+
+    normalizer="gamma" (delta rule; not the paper's): z_s = z_{s-1} + Σ_t γ_t σ(K_t) with
+    γ_t = clip(1 − z_{s-1}ᵀσ(K_t) / ‖σ(K_t)‖², 0, 1) a constant (no gradient), key by key.
 
     Returns (A [B, S, H, N, D], M [B, H, D, D], z [B, H, D]) after the last segment.
     σ(x) = ELU(x) + 1 is evaluated exactly (x + 1 or exp(x)), as `elu(x) + 1` is 0 below about −16.6.
@@ -74,7 +78,15 @@ def infini_reference(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, reset: Tenso
                         [read(sig(K[t]), M, z) for t in range(n_)]
                     )
                     M = M + sig(K).T @ (Vv - stored)
-                mems[h], zs[h] = M, z + sig(K).sum(dim=0)
+                if normalizer == "gamma":
+                    dz = torch.zeros(d_)
+                    for t in range(n_):
+                        sk = sig(K[t])
+                        gamma = min(max(1 - float((z @ sk).detach()) / float((sk @ sk).detach()), 0.0), 1.0)
+                        dz = dz + gamma * sk
+                    mems[h], zs[h] = M, z + dz
+                else:
+                    mems[h], zs[h] = M, z + sig(K).sum(dim=0)
             segs_out.append(torch.stack(heads))
         rows_out.append(torch.stack(segs_out))
         rows_m.append(torch.stack(mems))
