@@ -244,3 +244,15 @@ def test_bad_options_are_refused() -> None:
     for bad in ({"d_mem": 0}, {"nu": 0}, {"n_mem_tokens": 0}, {"eps": 0.0}):
         with pytest.raises(ValueError, match=f"armt {next(iter(bad))}"):
             AssociativeRecurrentMemory(ARMTConfig(**bad), tiny_model_config())
+
+
+def test_quick_suite_options_fit_the_parameter_budget() -> None:
+    """The quick suite's armt options keep it within the suite's 10% parameter spread against `local`;
+    the paper's d_mem 64 would not (W_V alone is d_model² a layer: 8% of the 0.82M backbone)."""
+    from memzoo.suites.compare import check_parameter_spread, expand, load_suite, parameter_counts
+
+    suite = load_suite("quick", ["methods=[local,armt]", "seeds=[0]"])
+    counts = parameter_counts(expand(suite))
+    assert check_parameter_spread(counts, suite.max_param_spread) <= 0.10
+    paper = load_suite("quick", ["methods=[local,armt]", "seeds=[0]", "options.armt.d_mem=64"])
+    assert check_parameter_spread(parameter_counts(expand(paper)), 1.0) > 0.10
