@@ -90,3 +90,65 @@ if __name__ == "__main__":  # run from the repository root: PYTHONPATH=. python 
     FIXTURE.parent.mkdir(exist_ok=True)
     FIXTURE.write_text(json.dumps({m: pinned_logits(m).tolist() for m in PINNED}) + "\n")
     print(f"wrote {FIXTURE} ({FIXTURE.stat().st_size} bytes)")
+
+
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["plain", "checkpointed"])
+def test_per_layer_hooks_run_around_every_block_in_order(checkpointed: bool) -> None:
+    """A notebook ModelMemory using only the generic hooks: before_layer sees each block's input and
+    what it returns is what the block gets; after_layer sees the block's output; both for every
+    block in order, each segment, with or without activation checkpointing."""
+    from dataclasses import dataclass
+
+    from memzoo.core.memory import ModelMemory
+    from memzoo.core.model import MemoryModel
+    from memzoo.core.plugins import register_memory, unregister_memory
+    from conftest import tiny_model_config
+
+    @dataclass
+    class TraceConfig:
+        shift: float = 0.5
+
+    calls: list[tuple[str, int]] = []
+    seen: dict[str, torch.Tensor] = {}
+
+    @register_memory("test-layer-hooks", config=TraceConfig)
+    class Trace(ModelMemory):
+        def initial_state(self, batch_size, device):
+            return {"count": torch.zeros(batch_size, device=device)}
+
+        @classmethod
+        def footprint(cls, cfg, model, tokens_seen):
+            return {"total": 1}
+
+        def enter(self, x, state):
+            return x, torch.ones(x.shape[1], dtype=torch.bool)
+
+        def leave(self, h, state):
+            return state
+
+        def before_layer(self, index, x, state):
+            calls.append(("before", index))
+            return x + self.cfg.shift  # the block must see the shifted input
+
+        def after_layer(self, index, x, state):
+            calls.append(("after", index))
+            seen[f"out{index}"] = x.detach()
+            return {"count": state["count"] + 1}
+
+    try:
+        torch.manual_seed(0)
+        model = MemoryModel(tiny_model_config(checkpoint_activations=checkpointed), "test-layer-hooks", TraceConfig())
+        model.train()
+        x = torch.randint(0, 256, (2, 2, 8))
+        out = model(x)
+        assert calls == [(w, i) for _ in range(2) for i in range(2) for w in ("before", "after")]
+        assert out.state.model["count"].tolist() == [4.0, 4.0]  # 2 segments x 2 blocks
+        h = model.embed(x[:, 1]) + 0.5  # the last segment by hand: shift, block 0, shift, block 1
+        no_state = torch.zeros(2, 1, dtype=torch.bool)
+        h = model.blocks[0](h[:, None], no_state, {}, None)[0][:, 0]
+        assert torch.allclose(seen["out0"], h, atol=1e-6)
+        h = model.blocks[1]((h + 0.5)[:, None], no_state, {}, None)[0][:, 0]
+        assert torch.allclose(seen["out1"], h, atol=1e-6)
+        out.logits.sum().backward()  # the hooks' graph is sound under checkpointing too
+    finally:
+        unregister_memory("test-layer-hooks")
