@@ -33,6 +33,7 @@ written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from einops import einsum, repeat
