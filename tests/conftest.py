@@ -23,6 +23,9 @@ TINY_OPTIONS: dict[str, dict] = {
     "infty-former": {"n_basis": 8, "mem_len": 8},
     "titans-mac": {"chunk_size": 4, "n_persistent": 2},
     "titans-mag": {"chunk_size": 4, "n_persistent": 2},
+    # W_V starts at zero in the paper (a silent memory, no reach and no gradient through the state
+    # until W_V learns); the untrained tiny model needs it nonzero for the invariants to see the memory.
+    "armt": {"n_mem_tokens": 2, "d_mem": 4, "w_v_init_std": 0.2},
 }
 
 METHODS = sorted(registered())
@@ -33,6 +36,7 @@ VARIANTS: list[tuple[str, str, dict]] = [
     ("xl-kv", "xl", {"mem_len": 12, "cache": "kv"}),
     ("infini-linear-loop", "infini-linear", {"vectorized": False}),
     ("infini-delta-skip", "infini-delta", {"first_read": "skip"}),
+    ("infini-delta-gamma", "infini-delta", {"normalizer": "gamma"}),
     ("compressive-mean", "compressive", {"mem_len": 8, "cmem_len": 4, "compression_rate": 2, "compression": "mean"}),
     ("compressive-dconv", "compressive", {"mem_len": 4, "cmem_len": 4, "compression_rate": 2,
                                           "compression": "depthwise-conv"}),
@@ -46,6 +50,7 @@ VARIANTS: list[tuple[str, str, dict]] = [
     ("deltanet-chunk5-no-conv", "deltanet", {"chunk_size": 5, "conv_size": 0}),
     ("titans-mac-linear-chunk3", "titans-mac", {"depth": 1, "chunk_size": 3, "n_persistent": 0}),
     ("titans-mag-deep-chunk3", "titans-mag", {"depth": 3, "expansion": 2, "chunk_size": 3, "conv_kernel": 1}),
+    ("armt-nu1", "armt", {"n_mem_tokens": 3, "d_mem": 3, "nu": 1, "w_v_init_std": 0.2}),
 ]
 # (id, method, options): every registered method at its tiny options, then the variants.
 CASES = [(m, m, TINY_OPTIONS.get(m, {})) for m in METHODS] + [v for v in VARIANTS if v[1] in METHODS]

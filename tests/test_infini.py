@@ -306,3 +306,82 @@ def test_rules_agree_until_the_second_write() -> None:
     g_delta = torch.autograd.grad((delta[:, :2] * w).sum(), (q, k, v))
     for name, a, b in zip("qkv", g_lin, g_delta):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5), name
+
+
+# --- normalizer="gamma": ARMT's γ-corrected z on the delta rule (not the paper's method) ---
+
+
+@pytest.mark.parametrize("first_read", ["zeros", "skip"])
+def test_gamma_normalizer_matches_reference_values_and_gradients(first_read: str) -> None:
+    """The fast path with normalizer=gamma against the reference's key-by-key γ (values and gradients)."""
+    q, k, v, reset = inputs(1)
+    mem = InfiniAttention(InfiniConfig(rule="delta", first_read=first_read, normalizer="gamma"),
+                          tiny_model_config(d_model=H * D, n_heads=H), 0)
+    with torch.no_grad():
+        mem.gate.beta.copy_(torch.tensor([0.7, -1.2]))
+    out, state = run_plugin(mem, q, k, v, reset)
+    ref, ref_m, ref_z = infini_reference(q, k, v, mem.gate.beta, reset, "delta", first_read, normalizer="gamma")
+    assert torch.allclose(out, ref, atol=1e-5, rtol=1e-4)
+    assert torch.allclose(state["M"], ref_m, atol=1e-4, rtol=1e-4)
+    assert torch.allclose(state["z"], ref_z, atol=1e-5, rtol=1e-5)
+    _, paper_m, paper_z = infini_reference(q, k, v, mem.gate.beta, reset, "delta", first_read)
+    assert not torch.allclose(state["z"], paper_z, atol=1e-2, rtol=1e-2), "gamma gave the paper's z (vacuous)"
+    w = torch.randn_like(out)
+    loss = lambda o, m, z: (o * w).sum() + m.sum() * 1e-3 + z.sum() * 1e-2  # noqa: E731
+    grads = torch.autograd.grad(loss(out, state["M"], state["z"]), (q, k, v, mem.gate.beta))
+    ref_grads = torch.autograd.grad(loss(ref, ref_m, ref_z), (q, k, v, mem.gate.beta))
+    for name, g, r in zip("q k v gate".split(), grads, ref_grads):
+        assert torch.allclose(g, r, atol=1e-4, rtol=1e-3), f"gradient of {name} differs from the reference"
+
+
+def test_gamma_normalizer_is_not_the_papers_z() -> None:
+    """Two segments written by hand: z_2 = z_1 + Σ_t clip(1 − z_1ᵀσ(K_t)/‖σ(K_t)‖², 0, 1) σ(K_t), with
+    z_1 = Σ_t σ(K_t) (an empty memory: γ = 1). Fails if the option silently falls back to the paper's z."""
+    q, k, v, reset = inputs(2)
+    reset[:] = False
+    with torch.no_grad():
+        _, gamma_state = run_plugin(plugin_with(normalizer="gamma"), q[:, :2], k[:, :2], v[:, :2], reset[:, :2])
+        _, paper_state = run_plugin(plugin_with(), q[:, :2], k[:, :2], v[:, :2], reset[:, :2])
+        sk1, sk2 = sigma(k[:, 0]), sigma(k[:, 1])  # [B, H, N, D]
+        z1 = sk1.sum(dim=-2)
+        raw = 1 - torch.einsum("bhnk,bhk->bhn", sk2, z1) / sk2.square().sum(-1)
+        z2 = z1 + (raw.clamp(0, 1)[..., None] * sk2).sum(dim=-2)
+    assert bool((raw < 1).all()), "every γ should be below 1 once the memory holds something"
+    assert torch.allclose(gamma_state["z"], z2, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(paper_state["z"], z1 + sk2.sum(dim=-2), rtol=1e-5, atol=1e-5)
+    assert float((paper_state["z"] - gamma_state["z"]).abs().max()) > 0.1
+    assert torch.equal(gamma_state["M"], paper_state["M"])  # the normaliser of the second write only: M_2 reads z_1
+
+
+def plugin_with(**options) -> InfiniAttention:
+    mem = InfiniAttention(InfiniConfig(rule="delta", **options), tiny_model_config(d_model=H * D, n_heads=H), 0)
+    with torch.no_grad():
+        mem.gate.beta.copy_(torch.tensor([0.7, -1.2]))
+    return mem
+
+
+def test_gamma_normalizer_is_clipped_and_detached() -> None:
+    """γ in [0, 1] (z never decreases, even for keys the normaliser over-covers) and a constant:
+    ∂z'/∂z = I through the γ-weighted sum."""
+    g = torch.Generator().manual_seed(6)
+    sk = sigma(torch.randn(1, 2, 5, D, generator=g))
+    m = torch.randn(1, 2, D, D, generator=g)
+    for scale, want in ((0.05, "inside"), (50.0, "clipped")):
+        z = (scale * torch.rand(1, 2, D, generator=g)).requires_grad_()
+        raw = 1 - torch.einsum("bhnk,bhk->bhn", sk, z.detach()) / sk.square().sum(-1)
+        if want == "inside":
+            assert bool(((raw > 0) & (raw < 1)).all())
+        else:
+            assert bool((raw < 0).all())
+        _, z_new = update_delta(m, z, sk, torch.randn(1, 2, 5, D, generator=g), normalizer="gamma")
+        assert bool((z_new >= z).all())
+        w = torch.randn_like(z_new)
+        (grad,) = torch.autograd.grad((z_new * w).sum(), z)
+        assert torch.equal(grad, w), "gradient flows through γ"
+
+
+def test_gamma_normalizer_refused_with_the_linear_rule() -> None:
+    with pytest.raises(ValueError, match="normalizer='gamma'.*'linear' rule"):
+        InfiniAttention(InfiniConfig(rule="linear", normalizer="gamma"), tiny_model_config(), 0)
+    with pytest.raises(ValueError, match="normalizer='ARMT'"):
+        InfiniAttention(InfiniConfig(rule="delta", normalizer="ARMT"), tiny_model_config(), 0)

@@ -9,9 +9,14 @@ Two kinds, covering the six methods:
   outputs (before W_O), its new state and an auxiliary loss. Whether it prepends keys/values (XL),
   mixes a separate readout through a gate (Infini, Memorizing) or adds one (∞-former) is its own
   business.
-* `ModelMemory` (one per model; RMT). It wraps each segment's embeddings before the layers and
-  reads its next state from the last layer's outputs; it may replace the causal mask over the
-  wrapped segment (`attention_mask`).
+* `ModelMemory` (one per model; RMT, ARMT). It wraps each segment's embeddings before the layers
+  and reads its next state from the last layer's outputs; it may replace the causal mask over the
+  wrapped segment (`attention_mask`). It may also act at every layer (ARMT reads at each layer's
+  input and writes from the same layer's output): `before_layer(i, x, state) -> x` runs on block
+  i's input (the residual stream of the wrapped segment) and `after_layer(i, x, state) -> state` on
+  block i's output, for every block in order, with or without activation checkpointing. Both
+  default to no-ops (the input returned as it is), so a memory that does not override them runs
+  exactly as before they existed.
 
 State is a flat `dict[str, Tensor]` whose tensors all have the batch row as dim 0, so that reset
 per row, detaching, checkpointing and measuring are generic. Only floating-point tensors count
@@ -179,6 +184,18 @@ class ModelMemory(_Memory):
         """Which of the `length` wrapped positions may attend to which: [N', N'] bool (True = may
         attend), or None for the plain causal mask (the default). Every layer uses it."""
         return None
+
+    def before_layer(self, index: int, x: Tensor, state: State) -> Tensor:
+        """Block `index`'s input x [B, N', d_model] (the residual stream of the wrapped segment, before
+        the block's norm), as the block will see it. `state` is this memory's state so far in the
+        segment (after the `after_layer` calls of the blocks below). Default: x unchanged."""
+        return x
+
+    def after_layer(self, index: int, x: Tensor, state: State) -> State:
+        """This memory's state after block `index`, given the block's output x [B, N', d_model] (the
+        residual stream, before the next block). The state returned is what the next blocks' hooks
+        and `leave` see. Default: the state unchanged."""
+        return state
 
 
 class NoMemory(LayerMemory):

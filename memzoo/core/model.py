@@ -4,8 +4,9 @@ A model is one function `(segments, state) -> (logits, state)`. It takes S >= 1 
 segments of N tokens at once ([B, S, N]); streaming feeds S = 1 at a time, training feeds one
 truncated-BPTT block at a time. Layer-level memories run layer-major (each layer sees all S
 segments, so a plugin may vectorise across them); a model-level memory (tokens around each
-segment) needs the previous segment's top layer, so the model then runs segment-major.
-The backbone knows no method by name.
+segment) needs the previous segment's top layer, so the model then runs segment-major, calling
+the memory's per-layer hooks (`before_layer`, `after_layer`; no-ops unless the memory overrides
+them) around every block. The backbone knows no method by name.
 """
 from __future__ import annotations
 
@@ -219,22 +220,31 @@ class MemoryModel(nn.Module):
             return self._layer_major(tokens, state, reset)
         return self._segment_major(tokens, state, reset)
 
-    def _run_blocks(self, x: Tensor, reset: Tensor, layer_states: list[State],
-                    mask: Optional[Tensor] = None) -> tuple[Tensor, list[State], Tensor]:
+    def _run_blocks(self, x: Tensor, reset: Tensor, layer_states: list[State], mask: Optional[Tensor] = None,
+                    hooks: Optional[ModelMemory] = None, hook_state: Optional[State] = None,
+                    ) -> tuple[Tensor, list[State], Tensor, Optional[State]]:
+        """Run every block on x [B, S, N, d_model]. With `hooks` (a model memory, one segment: S = 1),
+        its `before_layer` sees each block's input and its `after_layer` each block's output, threading
+        `hook_state`; under activation checkpointing the hooks run outside the checkpointed block
+        (their activations are kept). Returns (x, layer states, aux loss, hook state)."""
         aux = zero_loss(x)
         new_states = []
-        for block, st in zip(self.blocks, layer_states):
+        for index, (block, st) in enumerate(zip(self.blocks, layer_states)):
+            if hooks is not None:
+                x = hooks.before_layer(index, x[:, 0], hook_state)[:, None]
             if self.cfg.checkpoint_activations and self.training:
                 x, st, a = checkpoint(block, x, reset, st, mask, use_reentrant=False)
             else:
                 x, st, a = block(x, reset, st, mask)
+            if hooks is not None:
+                hook_state = hooks.after_layer(index, x[:, 0], hook_state)
             new_states.append(st)
             aux = aux + a
-        return x, new_states, aux
+        return x, new_states, aux, hook_state
 
     def _layer_major(self, tokens: Tensor, state: ModelState, reset: Tensor) -> ModelOutput:
         x = self.embed(tokens)  # [B, S, N, d_model]
-        x, layers, aux = self._run_blocks(x, reset, state.layers)
+        x, layers, aux, _ = self._run_blocks(x, reset, state.layers)
         logits = self.head(self.norm_out(x))  # [B, S, N, V]
         return ModelOutput(logits, ModelState(layers, state.model), aux)
 
@@ -246,7 +256,7 @@ class MemoryModel(nn.Module):
             mem = self.model_memory.reset_rows(mem, reset[:, s])
             x, token_mask = self.model_memory.enter(self.embed(tokens[:, s]), mem)  # [B, N', d_model]
             mask = self.model_memory.attention_mask(x.shape[1], x.device)  # [N', N'] or None (causal)
-            x, layers, a = self._run_blocks(x[:, None], reset[:, s : s + 1], layers, mask)
+            x, layers, a, mem = self._run_blocks(x[:, None], reset[:, s : s + 1], layers, mask, self.model_memory, mem)
             h = self.norm_out(x[:, 0])  # [B, N', d_model]
             mem = self.model_memory.leave(h, mem)
             logits.append(self.head(h[:, token_mask]))

@@ -11,6 +11,21 @@ For segment s with queries Q, keys K, values V (no positional encoding) and σ(x
 
 Order: retrieve from M_{s-1}, local attention (RoPE only there), gate, then update to M_s.
 
+Normaliser (`normalizer`, delta rule only). "paper" (default): z_s = z_{s-1} + Σ_t σ(K_t), as above.
+"gamma" (NOT the paper's method): ARMT's correction (Rodkin et al. 2024, arXiv 2407.04841) carried
+over to Infini's delta rule,
+
+    γ_t = clip(1 − z_{s-1}ᵀ σ(K_t) / ‖σ(K_t)‖², 0, 1), detached;   z_s = z_{s-1} + Σ_t γ_t σ(K_t)
+
+Infini writes a whole segment at once from M_{s-1}, z_{s-1}, as ARMT writes its m memory tokens
+at once from the same A, z: each of the segment's N keys gets its own γ_t, measured against
+z_{s-1} (not against the earlier keys of its own segment), as each ARMT memory token's γ_i is
+measured against the z before the write. A key the normaliser already covers (z_{s-1}ᵀσ(K_t) ≥
+‖σ(K_t)‖²) adds nothing to z; one it has never seen adds σ(K_t) in full. An empty memory (z = 0)
+gives γ_t = 1, so the first write equals the paper's. Infini has no ε: ‖σ(K_t)‖² is floored at
+DEN_FLOOR (a key whose σ underflowed has γ_t = 1 and adds 0). The linear rule never erases a value,
+so its z has nothing to correct: normalizer="gamma" with rule="linear" is refused.
+
 First segment (the paper is silent): with M = 0 and z = 0 the read is 0/0. `first_read="zeros"`
 (default) defines it as A_mem = 0 for a row/head whose memory has never been written, so the
 first segment's output is (1 − sigmoid(β)) A_dot; `first_read="skip"` uses A = A_dot there. The
@@ -40,6 +55,7 @@ from memzoo.core.plugins import register_memory
 
 RULES = ("linear", "delta")
 FIRST_READS = ("zeros", "skip")
+NORMALIZERS = ("paper", "gamma")
 
 
 @dataclass
@@ -50,6 +66,7 @@ class InfiniConfig:
     gate_lr_mult: float = 1.0  # learning-rate multiplier for β (large reproductions raised it)
     gate_weight_decay: float = 0.0  # weight decay on β (decay pulls gates to 0.5; off by default)
     vectorized: bool = True  # linear rule: all segments' memories by a segmented prefix sum (same values)
+    normalizer: str = "paper"  # paper | gamma: z's update; gamma = ARMT's γ-corrected z, delta rule only (module docstring)
 
 
 DEN_FLOOR = 1e-30  # floor of σ(·) z: 0/0 never happens, and 1/DEN_FLOOR² stays finite in float32 backward
@@ -107,10 +124,22 @@ def update_linear(mem: Tensor, z: Tensor, sk: Tensor, v: Tensor) -> tuple[Tensor
     return mem + einsum(sk, v, "b h n k, b h n v -> b h k v"), z + sk.sum(dim=-2)
 
 
-def update_delta(mem: Tensor, z: Tensor, sk: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """M + σ(K)ᵀ (V − σ(K) M / (σ(K) z)): writes only what the memory does not already return."""
+def update_delta(mem: Tensor, z: Tensor, sk: Tensor, v: Tensor, normalizer: str = "paper") -> tuple[Tensor, Tensor]:
+    """M + σ(K)ᵀ (V − σ(K) M / (σ(K) z)): writes only what the memory does not already return.
+    z + Σ_t σ(K_t) ("paper"), or z + Σ_t γ_t σ(K_t) with ARMT's γ ("gamma", see `gamma_normalizer`)."""
     stored = retrieve(sk, mem, z)  # [B, H, N, Dv]
-    return mem + einsum(sk, v - stored, "b h n k, b h n v -> b h k v"), z + sk.sum(dim=-2)
+    mem = mem + einsum(sk, v - stored, "b h n k, b h n v -> b h k v")
+    if normalizer == "gamma":
+        return mem, z + (gamma_normalizer(sk, z) * sk).sum(dim=-2)
+    return mem, z + sk.sum(dim=-2)
+
+
+def gamma_normalizer(sk: Tensor, z: Tensor) -> Tensor:
+    """γ_t = clip(1 − zᵀσ(K_t) / ‖σ(K_t)‖², 0, 1), detached: [B, H, N, 1] for sk [B, H, N, Dk], z [B, H, Dk].
+    z = 0 (an empty memory) gives γ = 1."""
+    covered = einsum(sk, z, "b h n k, b h k -> b h n")[..., None]  # zᵀσ(K_t)
+    norm2 = sk.square().sum(dim=-1, keepdim=True).clamp(min=DEN_FLOOR)  # ‖σ(K_t)‖²
+    return (1 - covered / norm2).clamp(0.0, 1.0).detach()
 
 
 @register_memory("infini-linear", config=InfiniConfig, defaults={"rule": "linear"})
@@ -124,6 +153,11 @@ class InfiniAttention(LayerMemory):
             raise ValueError(f"infini rule={cfg.rule!r}; expected one of {RULES}")
         if cfg.first_read not in FIRST_READS:
             raise ValueError(f"infini first_read={cfg.first_read!r}; expected one of {FIRST_READS}")
+        if cfg.normalizer not in NORMALIZERS:
+            raise ValueError(f"infini normalizer={cfg.normalizer!r}; expected one of {NORMALIZERS}")
+        if cfg.normalizer == "gamma" and cfg.rule != "delta":
+            raise ValueError(f"infini normalizer={cfg.normalizer!r} corrects the delta rule's z (an erased value's key "
+                             f"stays in z); the {cfg.rule!r} rule erases nothing: use normalizer='paper' or rule='delta'")
         self.n_heads, self.d_head = model.n_heads, model.d_head
         self.gate = HeadGate(model.n_heads, cfg.gate_init, cfg.gate_lr_mult, cfg.gate_weight_decay)  # β per head
 
@@ -161,7 +195,10 @@ class InfiniAttention(LayerMemory):
 
     def _segment_loop(self, sq: Tensor, sk: Tensor, v: Tensor, reset: Tensor, state: State):
         """Retrieve then update, one segment at a time (the paper's recurrence)."""
-        update = update_delta if self.cfg.rule == "delta" else update_linear
+        if self.cfg.rule == "delta":
+            update = lambda m, z, k, v: update_delta(m, z, k, v, self.cfg.normalizer)  # noqa: E731
+        else:
+            update = update_linear
         reads, empties = [], []
         # unbind, not [:, s]: each index's backward would write a zero tensor of all S segments
         for sq_s, sk_s, v_s, reset_s in zip(sq.unbind(1), sk.unbind(1), v.unbind(1), reset.unbind(1)):

@@ -34,8 +34,12 @@ INFINI_DEN_FLOOR = 1e-30
 
 
 def infini_reference(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, reset: Tensor, rule: str,
-                     first_read: str = "zeros", rope_base: float = 10000.0) -> tuple[Tensor, Tensor, Tensor]:
+                     first_read: str = "zeros", rope_base: float = 10000.0,
+                     normalizer: str = "paper") -> tuple[Tensor, Tensor, Tensor]:
     """Infini-attention for q, k, v [B, S, H, N, D], gate β [H], reset [B, S].
+
+    normalizer="gamma" (delta rule; not the paper's): z_s = z_{s-1} + Σ_t γ_t σ(K_t) with
+    γ_t = clip(1 − z_{s-1}ᵀσ(K_t) / ‖σ(K_t)‖², 0, 1) a constant (no gradient), key by key.
 
     Returns (A [B, S, H, N, D], M [B, H, D, D], z [B, H, D]) after the last segment.
     σ(x) = ELU(x) + 1 is evaluated exactly (x + 1 or exp(x)), as `elu(x) + 1` is 0 below about −16.6.
@@ -74,7 +78,15 @@ def infini_reference(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, reset: Tenso
                         [read(sig(K[t]), M, z) for t in range(n_)]
                     )
                     M = M + sig(K).T @ (Vv - stored)
-                mems[h], zs[h] = M, z + sig(K).sum(dim=0)
+                if normalizer == "gamma":
+                    dz = torch.zeros(d_)
+                    for t in range(n_):
+                        sk = sig(K[t])
+                        gamma = min(max(1 - float((z @ sk).detach()) / float((sk @ sk).detach()), 0.0), 1.0)
+                        dz = dz + gamma * sk
+                    mems[h], zs[h] = M, z + dz
+                else:
+                    mems[h], zs[h] = M, z + sig(K).sum(dim=0)
             segs_out.append(torch.stack(heads))
         rows_out.append(torch.stack(segs_out))
         rows_m.append(torch.stack(mems))
@@ -114,3 +126,62 @@ def gated_delta_reference(q: Tensor, k: Tensor, v: Tensor, log_alpha: Tensor, be
         rows_out.append(torch.stack(segs))
         rows_state.append(torch.stack(states))
     return torch.stack(rows_out), torch.stack(rows_state)
+
+
+def dpfp_reference(x: Tensor, nu: int) -> Tensor:
+    """DPFP-ν of one vector x [d], entry by entry: r = [relu(x), relu(−x)] [2d]; φ[(j−1)·2d + p] = r[p] r[(p − j) mod 2d]."""
+    r = torch.cat((x.clamp(min=0), (-x).clamp(min=0)))
+    n = r.shape[0]
+    return torch.stack([r[p] * r[(p - j) % n] for j in range(1, nu + 1) for p in range(n)])
+
+
+def armt_read_reference(h: Tensor, A: Tensor, z: Tensor, W_Q: Tensor, nu: int, eps: float, empty: Tensor) -> Tensor:
+    """ARMT's read at a layer's input, position by position: h_t + A φ(W_Q h_t) / (zᵀ φ(W_Q h_t) + ε).
+
+    h [B, T, d]; A [B, d_key, d] (stored as Aᵀ of the paper's d × d_key matrix); z [B, d_key];
+    W_Q [d_mem, d]; empty [B] bool: such a row reads nothing (h unchanged).
+    """
+    rows = []
+    for b in range(h.shape[0]):
+        if bool(empty[b]):
+            rows.append(h[b])
+            continue
+        A_paper = A[b].T  # [d, d_key]
+        out = []
+        for t in range(h.shape[1]):
+            q = dpfp_reference(W_Q @ h[b, t], nu)
+            out.append(h[b, t] + (A_paper @ q) / (z[b] @ q + eps))
+        rows.append(torch.stack(out))
+    return torch.stack(rows)
+
+
+def armt_write_reference(A: Tensor, z: Tensor, mem: Tensor, W_K: Tensor, W_V: Tensor, w_beta: Tensor, b_beta: Tensor,
+                         nu: int, eps: float, empty: Tensor) -> tuple[Tensor, Tensor]:
+    """ARMT's write (Eqs. 1–3) from the memory tokens' outputs mem [B, m, d], token by token, every
+    token reading the same A, z from before the write (the paper's sum; the authors' code):
+
+        k_i = φ(W_K m_i), v_i = W_V m_i, β_i = sigmoid(w_β · m_i + b_β)
+        v̄_i = A k_i / (zᵀ k_i + ε)            (0 for an empty row)
+        γ_i = clip(1 − (zᵀ k_i + ε) / (‖k_i‖² + ε), 0, 1), a constant (1 for an empty row)
+        A ← A + Σ_i β_i (v_i − v̄_i) k_iᵀ,   z ← z + Σ_i γ_i k_i
+
+    A [B, d_key, d] (the paper's matrix transposed), z [B, d_key]; returns (A', z') in that layout.
+    """
+    new_a, new_z = [], []
+    for b in range(mem.shape[0]):
+        A_paper, zb = A[b].T, z[b]  # [d, d_key], [d_key]
+        dA, dz = torch.zeros_like(A_paper), torch.zeros_like(zb)
+        for i in range(mem.shape[1]):
+            m_i = mem[b, i]
+            k, v = dpfp_reference(W_K @ m_i, nu), W_V @ m_i
+            beta = 1 / (1 + torch.exp(-(w_beta @ m_i + b_beta)))
+            if bool(empty[b]):
+                v_bar, gamma = torch.zeros_like(v), 1.0
+            else:
+                v_bar = (A_paper @ k) / (zb @ k + eps)
+                gamma = min(max(1 - float(((zb @ k + eps) / (k @ k + eps)).detach()), 0.0), 1.0)  # a number: no gradient
+            dA = dA + beta * torch.outer(v - v_bar, k)
+            dz = dz + gamma * k
+        new_a.append((A_paper + dA).T)
+        new_z.append(zb + dz)
+    return torch.stack(new_a), torch.stack(new_z)

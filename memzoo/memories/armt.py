@@ -1,0 +1,178 @@
+"""ARMT: Associative Recurrent Memory Transformer (Rodkin, Kuratov, Bulatov, Burtsev 2024, arXiv 2407.04841).
+
+Per layer l and batch row an associative matrix A [d_key, d_model] and a normaliser z [d_key]; the
+carried state is {A, z} of every layer. m learned memory tokens M [m, d_model], the same for every
+segment (not recurrent), are appended at the END of each segment:
+
+    X̃_s = [X_s ; M]                                         [N + m, d_model]   (causal mask)
+
+so the memory tokens see the whole segment and no segment token sees them; logits only at the N
+token positions. With φ = DPFP-ν (x ← [relu(x), relu(−x)]; φ(x) = concat_{j=1..ν} x ⊙ roll(x, j);
+d_key = 2ν·d_mem), at every layer l, on the layer's input h (all N + m positions):
+
+    read:   h ← h + A φ(W_Q h) / (zᵀ φ(W_Q h) + ε)                     (skipped while empty)
+
+and from the same layer's output at the m memory-token positions m_1..m_m (Eqs. 1–3), all m
+tokens written at once from the same A, z (the paper's batched sum, as the authors' code):
+
+    k_i = φ(W_K m_i),   v_i = W_V m_i,   β_i = sigmoid(W_β m_i)        (β_i: one scalar per token)
+    v̄_i = A k_i / (zᵀ k_i + ε)                                         (what A returns for k_i)
+    γ_i = clip(1 − (zᵀ k_i + ε) / (‖k_i‖² + ε), 0, 1), detached         (the normaliser's correction)
+    A  ← A + Σ_i β_i (v_i − v̄_i) ⊗ k_i
+    z  ← z + Σ_i γ_i k_i                                                (z is NOT weighted by β)
+
+ε = 1e-5 (`eps`) where the authors' single-head code has it (the paper writes the ratios bare).
+Empty memory (a row's first segment, and after a reset): the read is skipped (h unchanged) and
+the write takes v̄_i = 0 and γ_i = 1, exactly the authors' first-segment branch. W_V starts at
+zero, so A stays 0 and the memory is silent until W_V learns (`w_v_init_std` > 0 only for tests and
+ablations). Gradient flows through A and z across the segments of a BPTT block (only γ is
+detached). A and z are float32 under autocast (float64 if the model is). The backbone calls
+`before_layer` (the read) and `after_layer` (the write) around each block; `leave` marks the rows
+written.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from einops import einsum, repeat
+from torch import Tensor, nn
+
+from memzoo.core.config import ModelConfig
+from memzoo.core.memory import ModelMemory, State
+from memzoo.core.plugins import register_memory
+
+
+@dataclass
+class ARMTConfig:
+    n_mem_tokens: int = 10  # m: learned memory tokens appended to every segment
+    d_mem: int = 64  # width of W_Q h and W_K m before φ; d_key = 2 ν d_mem
+    nu: int = 3  # ν of DPFP-ν
+    init_std: float = 0.02  # std of the memory tokens (the backbone's embedding std, as the authors scale them)
+    eps: float = 1e-5  # ε in the read's and v̄'s denominators and in γ (the authors' code)
+    w_v_init_std: float = 0.0  # 0: W_V starts at zero (the paper's silent start); > 0: normal(0, std), tests/ablations
+
+
+def dpfp(x: Tensor, nu: int) -> Tensor:
+    """DPFP-ν features: [..., d] -> [..., 2 ν d], every entry >= 0."""
+    x = torch.cat((F.relu(x), F.relu(-x)), dim=-1)  # [..., 2d]
+    return torch.cat([x * x.roll(j, dims=-1) for j in range(1, nu + 1)], dim=-1)  # [..., 2νd]
+
+
+class AssociativeLayer(nn.Module):
+    """One layer's ARMT projections: W_Q, W_K (d_model -> d_mem), W_V (d_model -> d_model), W_β (d_model -> 1)."""
+
+    def __init__(self, d_model: int, d_mem: int, w_v_init_std: float):
+        super().__init__()
+        self.W_Q = nn.Linear(d_model, d_mem, bias=False)
+        self.W_K = nn.Linear(d_model, d_mem, bias=False)
+        self.W_V = nn.Linear(d_model, d_model, bias=False)
+        self.W_beta = nn.Linear(d_model, 1)
+        with torch.no_grad():
+            if w_v_init_std > 0:
+                self.W_V.weight.normal_(0.0, w_v_init_std)
+            else:
+                self.W_V.weight.zero_()  # the memory starts silent
+
+
+def associative_read(phi_q: Tensor, A: Tensor, z: Tensor, eps: float) -> Tensor:
+    """A φ(q) / (zᵀ φ(q) + ε). phi_q: [B, T, d_key], A: [B, d_key, d_model], z: [B, d_key] -> [B, T, d_model]."""
+    num = einsum(phi_q, A, "b t k, b k d -> b t d")
+    den = einsum(phi_q, z, "b t k, b k -> b t")[..., None]  # one scalar per position
+    return num / (den + eps)
+
+
+def associative_write(A: Tensor, z: Tensor, k: Tensor, v: Tensor, beta: Tensor, empty: Tensor,
+                      eps: float) -> tuple[Tensor, Tensor]:
+    """Eqs. 1–3 for all m tokens at once from the same A, z.
+
+    A: [B, d_key, d_model], z: [B, d_key], k = φ(W_K m): [B, m, d_key], v = W_V m: [B, m, d_model],
+    beta: [B, m, 1], empty: [B] bool (v̄ = 0, γ = 1 there). Returns (A', z').
+    """
+    zk = einsum(k, z, "b m k, b k -> b m")[..., None]  # [B, m, 1] zᵀ k_i
+    v_bar = einsum(k, A, "b m k, b k d -> b m d") / (zk + eps)  # [B, m, d_model]
+    gamma = (1 - (zk + eps) / (k.square().sum(-1, keepdim=True) + eps)).clamp(0.0, 1.0).detach()  # [B, m, 1]
+    rows = empty[:, None, None]  # [B, 1, 1]
+    v_bar = torch.where(rows, torch.zeros_like(v_bar), v_bar)
+    gamma = torch.where(rows, torch.ones_like(gamma), gamma)
+    A = A + einsum(beta * (v - v_bar), k, "b m d, b m k -> b k d")
+    z = z + (gamma * k).sum(dim=1)
+    return A, z
+
+
+@register_memory("armt", config=ARMTConfig)
+class AssociativeRecurrentMemory(ModelMemory):
+    """[tokens; memory tokens] through the decoder; each layer reads A, z at its input and writes them from its output."""
+
+    gradient_through_state = True
+
+    def __init__(self, cfg: ARMTConfig, model: ModelConfig):
+        super().__init__(cfg, model)
+        for name in ("n_mem_tokens", "d_mem", "nu"):
+            if int(getattr(cfg, name)) < 1:
+                raise ValueError(f"armt {name}={getattr(cfg, name)}; expected a positive int")
+        if not cfg.eps > 0:
+            raise ValueError(f"armt eps={cfg.eps}; expected > 0 (it keeps the empty and zero-key ratios finite)")
+        self.m, self.nu, self.eps = int(cfg.n_mem_tokens), int(cfg.nu), float(cfg.eps)
+        self.d_key = 2 * self.nu * int(cfg.d_mem)
+        d = model.d_model
+        self.mem_tokens = nn.Parameter(torch.randn(self.m, d) * cfg.init_std)  # M [m, d_model]
+        self.layers = nn.ModuleList(AssociativeLayer(d, int(cfg.d_mem), float(cfg.w_v_init_std))
+                                    for _ in range(model.n_layers))
+
+    def initial_state(self, batch_size: int, device: torch.device) -> State:
+        """A = 0, z = 0 in every layer, and no row written yet."""
+        state: State = {"written": torch.zeros(batch_size, dtype=torch.bool, device=device)}  # [B]
+        for i in range(self.model_cfg.n_layers):
+            state[f"A.{i}"] = torch.zeros(batch_size, self.d_key, self.model_cfg.d_model, device=device)  # [B, d_key, d]
+            state[f"z.{i}"] = torch.zeros(batch_size, self.d_key, device=device)  # [B, d_key]
+        return state
+
+    @classmethod
+    def footprint(cls, cfg: ARMTConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
+        """Per layer d_key × d_model + d_key = 2ν·d_mem·(d_model + 1), independent of length."""
+        return {"total": 2 * int(cfg.nu) * int(cfg.d_mem) * (model.d_model + 1) * model.n_layers}
+
+    def enter(self, x: Tensor, state: State) -> tuple[Tensor, Tensor]:
+        """x [B, N, d] -> ([x; M] [B, N + m, d], token_mask [N + m])."""
+        b, n, _ = x.shape
+        mem = repeat(self.mem_tokens.to(x.dtype), "m d -> b m d", b=b)  # [B, m, d]
+        token_mask = torch.zeros(n + self.m, dtype=torch.bool, device=x.device)
+        token_mask[:n] = True
+        return torch.cat((x, mem), dim=1), token_mask
+
+    def _dtype(self, x: Tensor) -> torch.dtype:
+        """The memory's arithmetic: float32 at least (float64 for a float64 model)."""
+        return torch.promote_types(x.dtype, torch.float32)
+
+    def before_layer(self, index: int, x: Tensor, state: State) -> Tensor:
+        """The read at layer `index`'s input, every position: x + A φ(W_Q x) / (zᵀ φ(W_Q x) + ε); rows never written unchanged."""
+        written = state["written"]  # [B]
+        if not bool(written.any()):
+            return x  # every row empty: skip the read
+        layer = self.layers[index]
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            h = x.to(self._dtype(x))
+            phi_q = dpfp(F.linear(h, layer.W_Q.weight.to(h.dtype)), self.nu)  # [B, N', d_key]
+            A, z = state[f"A.{index}"].to(h.dtype), state[f"z.{index}"].to(h.dtype)
+            read = associative_read(phi_q, A, z, self.eps)  # [B, N', d]
+            read = torch.where(written[:, None, None], read, torch.zeros_like(read))
+        return x + read.to(x.dtype)
+
+    def after_layer(self, index: int, x: Tensor, state: State) -> State:
+        """The write from layer `index`'s output at the m memory-token positions (Eqs. 1–3)."""
+        layer = self.layers[index]
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            mem = x[:, -self.m :].to(self._dtype(x))  # [B, m, d] the memory tokens' outputs
+            w = lambda lin: lin.weight.to(mem.dtype)  # noqa: E731
+            k = dpfp(F.linear(mem, w(layer.W_K)), self.nu)  # [B, m, d_key]
+            v = F.linear(mem, w(layer.W_V))  # [B, m, d]
+            beta = torch.sigmoid(F.linear(mem, w(layer.W_beta), layer.W_beta.bias.to(mem.dtype)))  # [B, m, 1]
+            A, z = state[f"A.{index}"].to(mem.dtype), state[f"z.{index}"].to(mem.dtype)
+            A, z = associative_write(A, z, k, v, beta, ~state["written"], self.eps)
+        return {**state, f"A.{index}": A, f"z.{index}": z}
+
+    def leave(self, h: Tensor, state: State) -> State:
+        """Every layer has written: no row is empty any more."""
+        return {**state, "written": torch.ones_like(state["written"])}
