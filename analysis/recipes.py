@@ -118,6 +118,8 @@ def memory_gain(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
     p-value, beside the difference over the whole document. A memory can only help after its first
     segment; this is where to look for what it buys."""
     keys = _group_keys(df)
+    if "bpb_by_segment" not in df.columns:
+        return pd.DataFrame()
     data = df[df["bpb_by_segment"].map(lambda v: isinstance(v, (list, tuple, np.ndarray)) and len(v) > first_segment)]
     data = data.assign(bpb_after=[b / max(t, 1e-12) for b, t in (_bits_after(r, first_segment) for _, r in data.iterrows())])
     local = data[data["method"] == REFERENCE]
