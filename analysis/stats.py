@@ -240,7 +240,7 @@ def bootstrap_versus(runs: pd.DataFrame, reference: pd.DataFrame, units: str, we
         a.append(np.asarray(a_rows[s][units], dtype=float))
         b.append(np.asarray(b_rows[s][units], dtype=float))
         w.append(wa)
-    if len({len(x) for x in w}) != 1:  # per-seed unit counts differ: pad nothing, resample each seed apart
+    if len({len(x) for x in w}) != 1:  # seeds scored different numbers of units: one shared draw cannot pair them
         return nan
     return paired_bootstrap(a, b, w, n_boot=n_boot, seed=seed)
 
