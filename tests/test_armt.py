@@ -46,7 +46,7 @@ def outputs(seed: int, t: int = M) -> torch.Tensor:
 def write_ref(mem, state, x):
     layer = mem.layers[0]
     return armt_write_reference(state["A.0"], state["z.0"], x[:, -mem.m :], layer.W_K.weight, layer.W_V.weight,
-                                layer.W_beta.weight[0], layer.W_beta.bias[0], NU, EPS, ~state["written"])
+                                layer.W_beta.weight[0], layer.W_beta.bias[0], NU, EPS, ~state["written"], mem.floor)
 
 
 def gammas(mem, state, x) -> torch.Tensor:
@@ -65,11 +65,12 @@ def test_dpfp_is_the_reference_feature_map() -> None:
         assert torch.equal(phi, torch.stack([dpfp_reference(row, nu) for row in x]))
 
 
+@pytest.mark.parametrize("floor", [0.0, 1.0], ids=["paper", "floored"])
 @pytest.mark.parametrize("z_scale", [0.05, 0.2, 3.0], ids=["small-z", "gamma-mixed", "gamma-all-clipped"])
-def test_write_matches_equations_values_and_gradients(z_scale: float) -> None:
+def test_write_matches_equations_values_and_gradients(z_scale: float, floor: float) -> None:
     """after_layer == Eqs. 1–3 token by token (one written row, one empty row); gradients to the
-    memory tokens' outputs, A, z and W_K, W_V, W_β agree."""
-    mem = plugin()
+    memory tokens' outputs, A, z and W_K, W_V, W_β agree, with the paper's bare denominators and floored."""
+    mem = plugin(norm_floor=floor)
     x = outputs(1, t=5)  # 2 segment positions, then the m = 3 memory tokens
     state = random_state(mem, 2, z_scale)
     new = mem.after_layer(0, x, state)
@@ -85,6 +86,41 @@ def test_write_matches_equations_values_and_gradients(z_scale: float) -> None:
     want = torch.autograd.grad((ref_a * wa).sum() + (ref_z * wz).sum(), wrt)
     for name, g, r in zip("x A z W_K W_V W_beta b_beta".split(), got, want):
         assert torch.allclose(g, r, rtol=1e-10, atol=1e-12), f"gradient to {name} differs from the equations'"
+
+
+def test_norm_floor_never_binds_at_a_written_key() -> None:
+    """Writes keep zᵀk ≥ ‖k‖² for every key written (γ tops z up to it, entries are ≥ 0): after two
+    writes, reading at the written keys gives the paper's ratio exactly with the floor on."""
+    from memzoo.memories.armt import associative_read
+    g = torch.Generator().manual_seed(5)
+    A, z = torch.zeros(B, D_KEY, D, dtype=torch.float64), torch.zeros(B, D_KEY, dtype=torch.float64)
+    keys = []
+    for first in (True, False):
+        k = dpfp(torch.randn(B, M, D_MEM, generator=g, dtype=torch.float64), NU)  # [B, m, d_key]
+        v, beta = torch.randn(B, M, D, generator=g, dtype=torch.float64), torch.full((B, M, 1), 0.7, dtype=torch.float64)
+        A, z = associative_write(A, z, k, v, beta, torch.full((B,), first), EPS, floor=1.0)
+        keys.append(k)
+    k = torch.cat(keys, dim=1)  # [B, 2m, d_key]
+    assert bool((torch.einsum("bmk,bk->bm", k, z) + EPS >= k.square().sum(-1) * (1 - 1e-12)).all())
+    assert torch.allclose(associative_read(k, A, z, EPS, 1.0), associative_read(k, A, z, EPS, 0.0), rtol=1e-12, atol=0)
+
+
+def test_norm_floor_bounds_a_query_z_does_not_cover() -> None:
+    """A query whose DPFP features miss z's support (zᵀφ = 0, possible since φ ≥ 0 is sparse) while A
+    holds them: the paper's ratio reads A φ / ε; the floor reads A φ / ‖φ‖². This is what made the
+    quick suite's ARMT diverge (README)."""
+    from memzoo.memories.armt import associative_read
+    half = D_KEY // 2
+    z = torch.zeros(1, D_KEY, dtype=torch.float64)
+    z[:, :half] = 1.0
+    A = torch.randn(1, D_KEY, D, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    phi = torch.zeros(1, 1, D_KEY, dtype=torch.float64)
+    phi[..., half:] = 0.5
+    num = torch.einsum("btk,bkd->btd", phi, A)
+    assert torch.allclose(associative_read(phi, A, z, EPS, 0.0), num / EPS, rtol=1e-12)
+    assert torch.allclose(associative_read(phi, A, z, EPS, 1.0), num / phi.square().sum(), rtol=1e-12)
+    with pytest.raises(ValueError, match="norm_floor"):
+        plugin(norm_floor=-1.0)
 
 
 def test_gamma_is_clipped_to_zero_and_one() -> None:
@@ -129,17 +165,18 @@ def test_z_is_not_weighted_by_beta() -> None:
     assert torch.equal(before["z.0"], after["z.0"])
 
 
-def test_empty_memory_read_is_skipped_and_first_write_is_plain() -> None:
+@pytest.mark.parametrize("floor", [0.0, 1.0], ids=["paper", "floored"])
+def test_empty_memory_read_is_skipped_and_first_write_is_plain(floor: float) -> None:
     """An unwritten row reads nothing (its input is returned bit for bit, whatever A and z hold); its
     first write is v̄ = 0, γ = 1: A' = A + Σ β v kᵀ, z' = z + Σ k exactly."""
-    mem = plugin()
-    state = random_state(mem, 9, written=(False, True))
+    mem = plugin(norm_floor=floor)
+    state = random_state(mem, 9, z_scale=0.05 if floor == 0 else 0.5, written=(False, True))
     h = outputs(10, t=6)
     read = mem.before_layer(0, h, state)
     assert torch.equal(read[0], h[0]), "an empty row read its memory"
     assert not torch.allclose(read[1], h[1]), "a written row read nothing (vacuous)"
     layer = mem.layers[0]
-    ref = armt_read_reference(h, state["A.0"], state["z.0"], layer.W_Q.weight, NU, EPS, ~state["written"])
+    ref = armt_read_reference(h, state["A.0"], state["z.0"], layer.W_Q.weight, NU, EPS, ~state["written"], mem.floor)
     assert torch.allclose(read, ref, rtol=1e-12, atol=1e-12)
     w = torch.randn_like(ref)
     got = torch.autograd.grad((read * w).sum(), (h, state["A.0"], state["z.0"], layer.W_Q.weight))
@@ -188,11 +225,11 @@ def naive_model(model: MemoryModel, tokens: torch.Tensor) -> tuple[torch.Tensor,
         x = torch.cat((model.embed(tokens[:, seg]), mem.mem_tokens.expand(b, -1, -1)), dim=1)  # [B, N + m, d]
         for i, block in enumerate(model.blocks):
             p = mem.layers[i]
-            x = armt_read_reference(x, state[f"A.{i}"], state[f"z.{i}"], p.W_Q.weight, mem.nu, mem.eps, empty)
+            x = armt_read_reference(x, state[f"A.{i}"], state[f"z.{i}"], p.W_Q.weight, mem.nu, mem.eps, empty, mem.floor)
             x = block(x[:, None], torch.zeros(b, 1, dtype=torch.bool), {}, None)[0][:, 0]
             state[f"A.{i}"], state[f"z.{i}"] = armt_write_reference(
                 state[f"A.{i}"], state[f"z.{i}"], x[:, -mem.m :], p.W_K.weight, p.W_V.weight, p.W_beta.weight[0],
-                p.W_beta.bias[0], mem.nu, mem.eps, empty)
+                p.W_beta.bias[0], mem.nu, mem.eps, empty, mem.floor)
         empty = torch.zeros(b, dtype=torch.bool)
         logits.append(model.head(model.norm_out(x))[:, : tokens.shape[2]])
     return torch.stack(logits, dim=1), state

@@ -22,6 +22,9 @@ tokens written at once from the same A, z (the paper's batched sum, as the autho
     z  ← z + Σ_i γ_i k_i                                                (z is NOT weighted by β)
 
 ε = 1e-5 (`eps`) where the authors' single-head code has it (the paper writes the ratios bare).
+Not in the paper (`norm_floor`, 0 restores it): the read's and v̄'s denominators are at least
+‖φ‖² (a written key has zᵀk >= ‖k‖², so this never binds at one); without it a query whose DPFP
+features z does not cover reads A φ / ε, and training diverged (README, "ARMT's denominator").
 Empty memory (a row's first segment, and after a reset): the read is skipped (h unchanged) and
 the write takes v̄_i = 0 and γ_i = 1, exactly the authors' first-segment branch. W_V starts at
 zero, so A stays 0 and the memory is silent until W_V learns (`w_v_init_std` > 0 only for tests and
@@ -52,6 +55,10 @@ class ARMTConfig:
     init_std: float = 0.02  # std of the memory tokens (the backbone's embedding std, as the authors scale them)
     eps: float = 1e-5  # ε in the read's and v̄'s denominators and in γ (the authors' code)
     w_v_init_std: float = 0.0  # 0: W_V starts at zero (the paper's silent start); > 0: normal(0, std), tests/ablations
+    # Not in the paper: every ratio's denominator is at least norm_floor x ‖φ‖² (0 = the paper's and the
+    # authors' bare zᵀφ + ε). A written key always has zᵀk >= ‖k‖², so 1 never binds at a written key;
+    # it stops the 1/ε blow-up of a query whose features z does not cover (zᵀφ = 0 exactly under DPFP).
+    norm_floor: float = 1.0
 
 
 def dpfp(x: Tensor, nu: int) -> Tensor:
@@ -76,22 +83,28 @@ class AssociativeLayer(nn.Module):
                 self.W_V.weight.zero_()  # the memory starts silent
 
 
-def associative_read(phi_q: Tensor, A: Tensor, z: Tensor, eps: float) -> Tensor:
-    """A φ(q) / (zᵀ φ(q) + ε). phi_q: [B, T, d_key], A: [B, d_key, d_model], z: [B, d_key] -> [B, T, d_model]."""
+def denominator(phi: Tensor, z: Tensor, eps: float, floor: float) -> Tensor:
+    """max(zᵀ φ + ε, floor · ‖φ‖²) per position. phi: [B, T, d_key], z: [B, d_key] -> [B, T, 1]."""
+    den = einsum(phi, z, "b t k, b k -> b t")[..., None] + eps  # one scalar per position
+    return torch.maximum(den, floor * phi.square().sum(-1, keepdim=True)) if floor > 0 else den
+
+
+def associative_read(phi_q: Tensor, A: Tensor, z: Tensor, eps: float, floor: float = 0.0) -> Tensor:
+    """A φ(q) / max(zᵀ φ(q) + ε, floor ‖φ(q)‖²). phi_q: [B, T, d_key], A: [B, d_key, d_model], z: [B, d_key] -> [B, T, d_model]."""
     num = einsum(phi_q, A, "b t k, b k d -> b t d")
-    den = einsum(phi_q, z, "b t k, b k -> b t")[..., None]  # one scalar per position
-    return num / (den + eps)
+    return num / denominator(phi_q, z, eps, floor)
 
 
 def associative_write(A: Tensor, z: Tensor, k: Tensor, v: Tensor, beta: Tensor, empty: Tensor,
-                      eps: float) -> tuple[Tensor, Tensor]:
+                      eps: float, floor: float = 0.0) -> tuple[Tensor, Tensor]:
     """Eqs. 1–3 for all m tokens at once from the same A, z.
 
     A: [B, d_key, d_model], z: [B, d_key], k = φ(W_K m): [B, m, d_key], v = W_V m: [B, m, d_model],
-    beta: [B, m, 1], empty: [B] bool (v̄ = 0, γ = 1 there). Returns (A', z').
+    beta: [B, m, 1], empty: [B] bool (v̄ = 0, γ = 1 there). v̄'s denominator is floored as the read's
+    (`denominator`); γ keeps the paper's bare zᵀk + ε. Returns (A', z').
     """
     zk = einsum(k, z, "b m k, b k -> b m")[..., None]  # [B, m, 1] zᵀ k_i
-    v_bar = einsum(k, A, "b m k, b k d -> b m d") / (zk + eps)  # [B, m, d_model]
+    v_bar = einsum(k, A, "b m k, b k d -> b m d") / denominator(k, z, eps, floor)  # [B, m, d_model]
     gamma = (1 - (zk + eps) / (k.square().sum(-1, keepdim=True) + eps)).clamp(0.0, 1.0).detach()  # [B, m, 1]
     rows = empty[:, None, None]  # [B, 1, 1]
     v_bar = torch.where(rows, torch.zeros_like(v_bar), v_bar)
@@ -114,7 +127,9 @@ class AssociativeRecurrentMemory(ModelMemory):
                 raise ValueError(f"armt {name}={getattr(cfg, name)}; expected a positive int")
         if not cfg.eps > 0:
             raise ValueError(f"armt eps={cfg.eps}; expected > 0 (it keeps the empty and zero-key ratios finite)")
-        self.m, self.nu, self.eps = int(cfg.n_mem_tokens), int(cfg.nu), float(cfg.eps)
+        if not cfg.norm_floor >= 0:
+            raise ValueError(f"armt norm_floor={cfg.norm_floor}; expected >= 0 (0 = the paper's bare denominator)")
+        self.m, self.nu, self.eps, self.floor = int(cfg.n_mem_tokens), int(cfg.nu), float(cfg.eps), float(cfg.norm_floor)
         self.d_key = 2 * self.nu * int(cfg.d_mem)
         d = model.d_model
         self.mem_tokens = nn.Parameter(torch.randn(self.m, d) * cfg.init_std)  # M [m, d_model]
@@ -156,7 +171,7 @@ class AssociativeRecurrentMemory(ModelMemory):
             h = x.to(self._dtype(x))
             phi_q = dpfp(F.linear(h, layer.W_Q.weight.to(h.dtype)), self.nu)  # [B, N', d_key]
             A, z = state[f"A.{index}"].to(h.dtype), state[f"z.{index}"].to(h.dtype)
-            read = associative_read(phi_q, A, z, self.eps)  # [B, N', d]
+            read = associative_read(phi_q, A, z, self.eps, self.floor)  # [B, N', d]
             read = torch.where(written[:, None, None], read, torch.zeros_like(read))
         return x + read.to(x.dtype)
 
@@ -170,7 +185,7 @@ class AssociativeRecurrentMemory(ModelMemory):
             v = F.linear(mem, w(layer.W_V))  # [B, m, d]
             beta = torch.sigmoid(F.linear(mem, w(layer.W_beta), layer.W_beta.bias.to(mem.dtype)))  # [B, m, 1]
             A, z = state[f"A.{index}"].to(mem.dtype), state[f"z.{index}"].to(mem.dtype)
-            A, z = associative_write(A, z, k, v, beta, ~state["written"], self.eps)
+            A, z = associative_write(A, z, k, v, beta, ~state["written"], self.eps, self.floor)
         return {**state, f"A.{index}": A, f"z.{index}": z}
 
     def leave(self, h: Tensor, state: State) -> State:
