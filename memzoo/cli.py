@@ -126,6 +126,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_references(args: argparse.Namespace) -> int:
+    from memzoo.suites.references import SHIPPED_SUITES, freeze, load_index, load_references
+
+    if args.freeze:
+        if not args.suite:
+            raise ConfigError(f"--freeze needs the suite the results belong to, one of {SHIPPED_SUITES}")
+        frozen = freeze(Path(args.freeze), args.suite)
+        print(f"shipped {frozen.rows} rows of {args.suite}")
+        for name, why in frozen.refused.items():
+            print(f"  not shipped: {name}: {why}")
+        return 0
+    index = load_index()
+    for suite in [args.suite] if args.suite else SHIPPED_SUITES:
+        meta = index.get(suite)
+        if meta is None:
+            print(f"{suite}: no shipped rows")
+            continue
+        rows = load_references(suite)
+        print(f"{suite}: {meta['rows']} rows, seeds {meta['seeds']}, memzoo {meta['memzoo_version']}, frozen "
+              f"{meta['frozen']}, {meta['train_cpu_hours']} training hours; methods: {', '.join(meta['methods'])}")
+        if args.suite:
+            print(rows.drop(columns=[c for c in rows.columns if rows[c].map(lambda v: hasattr(v, "__len__") and not isinstance(v, str)).any()]).to_string(index=False))
+    return 0
+
+
 def _numbers(kind: type, what: str):
     def parse(text: str) -> list:
         try:
@@ -266,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(fn=cmd_generate)
+
+    s = sub.add_parser("references", help="the shipped reference rows of the built-in methods (quick, capacity-top, distance)")
+    s.add_argument("suite", nargs="?", default=None, help="one suite's rows in full (default: a summary of all)")
+    s.add_argument("--freeze", metavar="RESULTS_DIR", default=None,
+                   help="(maintainers) ship the rows of a finished suite folder whose configs match the suite")
+    s.set_defaults(fn=cmd_references)
 
     s = sub.add_parser("footprint", help="state size per method: analytic, card formula, measured")
     s.add_argument("config")

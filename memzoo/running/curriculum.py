@@ -14,6 +14,8 @@ the folder of every later stage, is moved aside to FOLDER.stale-N and trained ag
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,17 @@ def _comparable(cfg: DictConfig) -> dict[str, Any]:
         section, leaf = key.split(".")
         out.get(section, {}).pop(leaf, None)
     return out
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """A short hash of what a run trains and measures: the comparable config without its folder
+    (out_dir, and init_from reduced to the folder's name), so the same run hashes alike anywhere."""
+    out = _comparable(cfg)
+    out.pop("out_dir", None)
+    task = out.get("task", {})
+    if task.get("init_from"):
+        task["init_from"] = Path(str(task["init_from"])).name
+    return hashlib.sha256(json.dumps(out, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def config_matches(run_dir: Path, cfg: DictConfig) -> bool:

@@ -1,0 +1,114 @@
+"""Reference results shipped inside the package: the measured rows of the built-in methods in the
+`quick`, `capacity-top` and `distance` suites, so a new memory is compared without re-running them.
+
+Each suite's rows live in `memzoo/references/SUITE.parquet`, one row per finished run exactly as the
+suite's results table has it, plus `config_hash` (what the run trained and measured, folders aside:
+`memzoo.running.curriculum.config_hash`) and `memzoo_version`. `memzoo/references/index.json`
+records, per suite, the version, the seeds, the methods, the CPU time and when the rows were frozen.
+A row is shipped only when its saved config hashes equal to the run the suite's current config
+would make (`freeze` refuses the others, and a test holds every shipped row to it).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+
+from memzoo.core.config import ConfigError
+from memzoo.running.configure import saved_run_config
+from memzoo.running.curriculum import config_hash
+from memzoo.suites.compare import expand, load_suite
+
+SHIPPED_SUITES = ("quick", "capacity-top", "distance")
+INDEX = "index.json"
+
+
+def references_dir() -> Path:
+    """The folder of the shipped tables (inside the installed package or the checkout)."""
+    return Path(str(resources.files("memzoo") / "references"))
+
+
+def load_index() -> dict[str, Any]:
+    path = references_dir() / INDEX
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def load_references(suite: str) -> pd.DataFrame:
+    """The shipped rows of one suite (an empty table when none are shipped)."""
+    if suite not in SHIPPED_SUITES:
+        raise ConfigError(f"no shipped references for suite {suite!r}; expected one of {SHIPPED_SUITES}")
+    path = references_dir() / f"{suite}.parquet"
+    return pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+
+
+def suite_hashes(suite: str, methods: Optional[list[str]] = None) -> dict[str, str]:
+    """Run name -> config hash of every run the suite's current config makes (optionally for some methods)."""
+    overrides = [f"methods=[{','.join(methods)}]"] if methods else None
+    return {spec.name: config_hash(spec.cfg) for spec in expand(load_suite(suite, overrides))}
+
+
+@dataclass
+class Frozen:
+    rows: int
+    refused: dict[str, str]  # run name -> why it was not shipped
+
+
+def freeze(results: Path, suite: str, out_dir: Optional[Path] = None) -> Frozen:
+    """Ship the finished rows of `results` (a suite folder with results.parquet and runs/) whose saved
+    configs match the suite's current runs; the others are listed with the reason."""
+    import memzoo
+
+    table = pd.read_parquet(Path(results) / "results.parquet")
+    expected = suite_hashes(suite, sorted(table["method"].unique()))
+    keep, refused, hashes = [], {}, []
+    for i, row in table.iterrows():
+        name = str(row["name"])
+        saved = Path(str(row["run_dir"])) / "config.yaml"
+        if name not in expected:
+            refused[name] = f"the suite {suite!r} makes no run of that name"
+        elif not saved.is_file():
+            refused[name] = f"its config {saved} is missing"
+        elif (h := config_hash(saved_run_config(saved))) != expected[name]:
+            refused[name] = f"its config (hash {h}) differs from the suite's run (hash {expected[name]})"
+        else:
+            keep.append(i)
+            hashes.append(h)
+    shipped = table.loc[keep].drop(columns=["run_dir"]).assign(config_hash=hashes, memzoo_version=memzoo.__version__)
+    out = Path(out_dir) if out_dir is not None else references_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    shipped.to_parquet(out / f"{suite}.parquet", index=False)
+    index = json.loads((out / INDEX).read_text()) if (out / INDEX).is_file() else {}
+    index[suite] = {
+        "memzoo_version": memzoo.__version__,
+        "frozen": time.strftime("%Y-%m-%d"),
+        "rows": len(shipped),
+        "methods": sorted(shipped["method"].unique().tolist()),
+        "seeds": sorted(int(s) for s in shipped["seed"].unique()),
+        "train_cpu_hours": _cpu_hours(shipped),
+    }
+    (out / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+    return Frozen(len(shipped), refused)
+
+
+def _cpu_hours(rows: pd.DataFrame) -> Optional[float]:
+    """Training tokens over training throughput, summed (wall hours of one job each; None if unknown)."""
+    if not {"train_tokens", "train_tokens_per_s"} <= set(rows.columns):
+        return None
+    seconds = (rows["train_tokens"] / rows["train_tokens_per_s"]).sum()
+    return round(float(seconds) / 3600, 2)
+
+
+def stale_rows(suite: str) -> dict[str, str]:
+    """Shipped rows whose config no longer matches the run the suite's current config makes."""
+    rows = load_references(suite)
+    if rows.empty:
+        return {}
+    expected = suite_hashes(suite, sorted(rows["method"].unique()))
+    return {str(r.name): ("no such run in the suite" if r.name not in expected
+                          else f"shipped {r.config_hash}, suite {expected[r.name]}")
+            for r in rows.itertuples() if expected.get(r.name) != r.config_hash}

@@ -1,0 +1,82 @@
+"""The shipped reference rows: every row's config is the run its suite makes today, `freeze` ships
+only such rows, and the tables load from an installed package in any working folder."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from memzoo.running.curriculum import config_hash
+from memzoo.suites.compare import expand, load_suite
+from memzoo.suites.references import SHIPPED_SUITES, freeze, load_index, load_references, stale_rows
+
+
+@pytest.mark.parametrize("suite", SHIPPED_SUITES)
+def test_every_shipped_row_is_the_run_its_suite_makes(suite: str) -> None:
+    """A change to a suite's config (or to a default it inherits) that changes what its runs
+    train makes the shipped rows stale: re-run them and freeze again."""
+    assert stale_rows(suite) == {}
+    rows = load_references(suite)
+    if not rows.empty:
+        meta = load_index()[suite]
+        assert meta["rows"] == len(rows) and sorted(rows["method"].unique()) == meta["methods"]
+
+
+def test_quick_references_are_shipped_with_controls() -> None:
+    rows = load_references("quick")
+    assert {"local", "full"} <= set(rows["method"]), "the quick references lack their controls"
+    assert rows.groupby("method")["seed"].nunique().min() >= 3
+
+
+def _fake_results(tmp_path: Path, specs, lr: float | None) -> Path:
+    """A suite folder with one finished row per spec; `lr` rewrites the saved config of the first."""
+    root = tmp_path / "quick"
+    rows = []
+    for i, spec in enumerate(specs):
+        run = root / "runs" / spec.name
+        run.mkdir(parents=True)
+        cfg = spec.cfg.copy()
+        if i == 0 and lr is not None:
+            cfg.train.lr = lr
+        (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        rows.append({"name": spec.name, "method": spec.method, "seed": spec.seed, "valid_bpb": 4.0 + i,
+                     "run_dir": str(run), "train_tokens": 1000, "train_tokens_per_s": 10.0})
+    pd.DataFrame(rows).to_parquet(root / "results.parquet", index=False)
+    return root
+
+
+def test_freeze_ships_matching_rows_and_refuses_a_changed_config(tmp_path: Path) -> None:
+    specs = expand(load_suite("quick", ["methods=[local]"]))
+    results = _fake_results(tmp_path, specs, lr=0.123)
+    out = tmp_path / "refs"
+    frozen = freeze(results, "quick", out)
+    assert frozen.rows == len(specs) - 1
+    assert list(frozen.refused) == [specs[0].name] and "differs" in frozen.refused[specs[0].name]
+    shipped = pd.read_parquet(out / "quick.parquet")
+    assert "run_dir" not in shipped.columns
+    assert set(shipped["config_hash"]) == {config_hash(s.cfg) for s in specs[1:]}
+    index = json.loads((out / "index.json").read_text())["quick"]
+    assert index["rows"] == len(specs) - 1 and index["methods"] == ["local"]
+
+
+def test_config_hash_ignores_folders_but_not_what_is_trained() -> None:
+    spec = expand(load_suite("quick", ["methods=[local]"]))[0]
+    moved = spec.cfg.copy()
+    moved.out_dir, moved.train.threads, moved.train.log_every = "/elsewhere", 7, 3
+    assert config_hash(moved) == config_hash(spec.cfg)
+    changed = spec.cfg.copy()
+    changed.train.steps += 1
+    assert config_hash(changed) != config_hash(spec.cfg)
+
+
+def test_references_load_from_the_installed_package_anywhere(tmp_path: Path) -> None:
+    """After `pip install .` the tables are package data: a fresh interpreter in an empty folder
+    finds the same rows (the checkout is not on its path)."""
+    code = "from memzoo.suites.references import load_references; print(len(load_references('quick')))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert int(out.stdout.strip()) == len(load_references("quick"))
