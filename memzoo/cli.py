@@ -151,6 +151,20 @@ def cmd_references(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scorecard(args: argparse.Namespace) -> int:
+    from memzoo.suites.compare import plugin_methods
+    from memzoo.suites.scorecard import scorecard
+
+    methods, imports = plugin_methods(args.plugin)
+    suites = [s for s in args.suites.split(",") if s]
+    launcher = None if args.launcher == "local" else args.launcher
+    path, _ = scorecard(methods, imports, suites, Path(args.out), seeds=args.seeds, jobs=args.jobs,
+                        launcher=launcher, overrides=list(args.overrides), figures=not args.no_figures)
+    print(path.read_text())
+    print(f"scorecard: {path}")
+    return 0
+
+
 def _numbers(kind: type, what: str):
     def parse(text: str) -> list:
         try:
@@ -297,6 +311,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--freeze", metavar="RESULTS_DIR", default=None,
                    help="(maintainers) ship the rows of a finished suite folder whose configs match the suite")
     s.set_defaults(fn=cmd_references)
+
+    s = sub.add_parser("scorecard", help="a plugin's memories through the reference suites, ranked beside the shipped rows")
+    s.add_argument("plugin", help="a .py file, a module (my_pkg.decay) or an installed entry point's name")
+    s.add_argument("overrides", nargs="*", help="suite overrides (smoke runs only: the rows are then not comparable)")
+    s.add_argument("--suites", default="quick,capacity-top,distance", help="comma-separated (default all three)")
+    s.add_argument("--seeds", type=int, default=None, help="the first N of each suite's seeds (default all)")
+    s.add_argument("--out", default="scorecard", help="folder for the runs, the reports and scorecard.md")
+    s.add_argument("--jobs", type=int, default=None, help="worker processes (default: each suite's `jobs`)")
+    s.add_argument("--launcher", default="local", choices=["local", "submitit-local", "slurm"])
+    s.add_argument("--no-figures", action="store_true", help="the reports' tables without their figures")
+    s.set_defaults(fn=cmd_scorecard)
 
     s = sub.add_parser("footprint", help="state size per method: analytic, card formula, measured")
     s.add_argument("config")

@@ -18,11 +18,16 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert test_command in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
+def readme_plugin_source() -> str:
+    """The README's plugin example (the first Python block under "Register a memory")."""
+    text = README.read_text().split("## Register a memory", 1)[1]
+    return re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+
+
 def test_readme_plugin_example_registers_a_working_memory() -> None:
     from memzoo.core.plugins import unregister_memory
 
-    text = README.read_text().split("## Register a memory", 1)[1]
-    code = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+    code = readme_plugin_source()
     namespace: dict = {}
     exec(compile(code, "README example", "exec"), namespace)
     try:

@@ -130,6 +130,33 @@ def import_plugins(paths: list[str]) -> None:
             importlib.import_module(item)
 
 
+def plugin_methods(plugin: str) -> tuple[list[str], list[str]]:
+    """Import a plugin (a .py file, a dotted module, or an installed entry point's name) and return
+    (the memories its module registers, what a suite's `imports:` needs to import it again)."""
+    from importlib import metadata
+
+    from memzoo.core.plugins import ENTRY_POINT_GROUP, registered
+
+    points = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    if plugin.endswith(".py"):
+        import_plugins([plugin])
+        module, imports = f"memzoo_suite_plugin_{Path(plugin).stem}", [str(Path(plugin).expanduser().resolve())]
+    elif plugin in points:
+        points[plugin].load()
+        module, imports = points[plugin].module, []  # installed: every worker discovers it
+    else:
+        try:
+            import_plugins([plugin])
+        except ModuleNotFoundError as err:
+            raise ConfigError(f"plugin {plugin!r}: not a .py file, an importable module or an installed "
+                              f"entry point ({err})") from None
+        module, imports = plugin, [plugin]
+    names = [n for n, spec in registered().items() if spec.source == module or spec.source.startswith(module + ".")]
+    if not names:
+        raise ConfigError(f"plugin {plugin!r} registers no memory (no @register_memory in module {module})")
+    return names, imports
+
+
 def suite_methods(suite: DictConfig) -> list[str]:
     from memzoo.core.plugins import registered
 

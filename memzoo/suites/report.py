@@ -120,7 +120,7 @@ def display(df: pd.DataFrame, intervals: dict[str, tuple[str, str]] | None = Non
     return pd.DataFrame(out)
 
 
-def _table_md(shown: pd.DataFrame) -> str:
+def table_md(shown: pd.DataFrame) -> str:
     cols = list(shown.columns)
     lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in shown.itertuples(index=False)]
@@ -240,12 +240,13 @@ def console_table(df: pd.DataFrame) -> pd.DataFrame:
                                 "tokens_per_s", "peak_rss_mb"]]
 
 
-def write_report(results_dir: str | Path) -> tuple[Path, Path]:
-    """report.md and report.html in `results_dir` (which holds results.parquet or run folders)."""
+def write_report(results_dir: str | Path, figures: bool = True) -> tuple[Path, Path]:
+    """report.md and report.html in `results_dir` (which holds results.parquet or run folders);
+    figures=False: the tables only (drawing is most of a report's time)."""
     root = Path(results_dir)
     table_path = root / "results.parquet"
     df = load_results(table_path if table_path.is_file() else root)
-    figures = draw_figures(df, root)
+    figures = draw_figures(df, root) if figures else {}
     params = json.loads((root / "params.json").read_text()) if (root / "params.json").is_file() else None
     title = f"memzoo report: {root.name}"
     notes = [
@@ -310,7 +311,7 @@ def write_report(results_dir: str | Path) -> tuple[Path, Path]:
 
     md = [f"# {title}", "", *[f"- {n}" for n in notes], ""]
     for heading, shown in sections:
-        md += [f"## {heading}", "", _table_md(shown), ""]
+        md += [f"## {heading}", "", table_md(shown), ""]
     for key, path in figures.items():
         md += [f"## {FIGURES[key]}", "", f"![{key}]({path.name})", ""]
     md_path = root / "report.md"

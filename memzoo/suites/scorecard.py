@@ -1,0 +1,139 @@
+"""`memzoo scorecard PLUGIN`: a new memory through the reference suites, beside the shipped rows.
+
+Only the plugin's own methods are trained, with each suite's exact config and seeds (the first
+`seeds` of them); the built-in methods come from the shipped references (memzoo.suites.references).
+Differences are paired by seed where both sides drew their backbone with `init_streams: split`
+(the backbone then depends on the seed alone, so the same seed is the same backbone) and Welch
+otherwise. Each suite gets a folder with the combined table and the usual report, and
+`scorecard.md` ranks the plugin's methods with intervals. Resumable: finished runs are skipped.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from memzoo.analysis.stats import compare_groups
+from memzoo.core.config import ConfigError
+from memzoo.suites.compare import load_suite, run_suite
+from memzoo.suites.references import SHIPPED_SUITES, load_index, load_references
+from memzoo.suites.report import table_md, write_report
+
+# What each suite is scored on, and which way is better.
+METRICS: dict[str, tuple[str, bool]] = {
+    "quick": ("valid_bpb", False),
+    "capacity-top": ("recall_accuracy", True),
+    "distance": ("recall_accuracy", True),
+}
+
+
+@dataclass
+class SuiteScore:
+    suite: str
+    table: pd.DataFrame  # compare_groups over the plugin's and the shipped methods
+    folder: Path
+    note: str = ""
+
+
+def _train_hours(rows: pd.DataFrame) -> float:
+    if rows.empty or not {"train_tokens", "train_tokens_per_s"} <= set(rows.columns):
+        return 0.0
+    return float((rows["train_tokens"] / rows["train_tokens_per_s"]).sum()) / 3600
+
+
+def score_suite(suite_name: str, methods: list[str], imports: list[str], out_dir: Path, seeds: Optional[int],
+                jobs: Optional[int], launcher: Optional[str], progress: bool = True,
+                overrides: Optional[list[str]] = None, figures: bool = True) -> SuiteScore:
+    """Train the plugin's methods through one suite and compare them with the shipped rows.
+    `overrides` change the plugin's runs only (tests, smoke runs): the scorecard then says its rows
+    are not comparable with the references."""
+    metric, higher = METRICS[suite_name]
+    base = load_suite(suite_name)
+    chosen = list(base.seeds)[:seeds] if seeds else list(base.seeds)
+    own = [f"methods=[{','.join(methods)}]", f"seeds=[{','.join(map(str, chosen))}]", f"out_dir={out_dir}"]
+    if imports:
+        own.append(f"imports=[{','.join(imports)}]")
+    suite = load_suite(suite_name, own + list(overrides or []))
+    ours = run_suite(suite, jobs=jobs, launcher=launcher, progress=progress)
+    refs = load_references(suite_name)
+    folder = Path(out_dir) / f"{suite_name}-scorecard"
+    folder.mkdir(parents=True, exist_ok=True)
+    if refs.empty:
+        note = f"no shipped references for {suite_name}: the plugin's rows alone"
+        refs = pd.DataFrame(columns=ours.columns)
+    else:
+        refs = refs[refs["seed"].isin(chosen) & ~refs["method"].isin(methods)]
+        note = f"suite overrides {list(overrides)}: the plugin's rows are NOT comparable with the references" if overrides else ""
+    combined = pd.concat([refs.assign(source="shipped"), ours.assign(source="plugin")], ignore_index=True)
+    combined.to_parquet(folder / "results.parquet", index=False)
+    write_report(folder, figures=figures)
+    inits = set(combined.get("backbone_init", pd.Series(["shared"])).fillna("shared"))
+    paired = inits == {"split"}
+    table = compare_groups(combined, ["method"], metric, higher_is_better=higher, paired=paired)
+    if not paired:
+        note = (note + "; " if note else "") + f"unpaired (Welch): backbone inits {sorted(inits)}"
+    return SuiteScore(suite_name, table, folder, note)
+
+
+def rank_table(score: SuiteScore, methods: list[str]) -> pd.DataFrame:
+    """Every method ranked by its mean (1 = best), the plugin's marked, with the interval and the
+    difference from `local`."""
+    metric, higher = METRICS[score.suite]
+    t = score.table.sort_values("mean", ascending=not higher).reset_index(drop=True)
+    t.insert(0, "rank", range(1, len(t) + 1))
+    t["yours"] = t["method"].isin(methods)
+    cols = ["rank", "method", "yours", "n", "mean", "ci", "diff_vs_local", "ci_vs_local", "p_vs_local", "sig_vs_local"]
+    return t[[c for c in cols if c in t.columns]]
+
+
+def _shown(t: pd.DataFrame) -> pd.DataFrame:
+    """The rank table as text: mean ± interval, the difference from local ± its interval and p."""
+    fmt = lambda v: "" if pd.isna(v) else f"{v:.4f}"  # noqa: E731
+    out = pd.DataFrame({"rank": t["rank"], "method": [f"**{m}**" if y else m for m, y in zip(t["method"], t["yours"])],
+                        "seeds": t["n"], "mean ± 95%": [f"{fmt(m)} ± {fmt(c)}" for m, c in zip(t["mean"], t["ci"])]})
+    if "diff_vs_local" in t.columns:
+        out["vs local ± 95% (p)"] = [
+            "" if pd.isna(d) else f"{d:+.4f} ± {fmt(c)} (p {p:.3f}){' *' if s else ''}"
+            for d, c, p, s in zip(t["diff_vs_local"], t["ci_vs_local"], t["p_vs_local"], t["sig_vs_local"])]
+    return out
+
+
+def write_scorecard(scores: list[SuiteScore], methods: list[str], out_dir: Path, wall_s: float,
+                    plugin_hours: float) -> Path:
+    """scorecard.md: per suite the ranking with intervals and a link to the report, then the footer."""
+    import memzoo
+
+    index = load_index()
+    lines = [f"# Scorecard: {', '.join(methods)}", ""]
+    for s in scores:
+        metric, higher = METRICS[s.suite]
+        lines += [f"## {s.suite} ({metric}, {'higher' if higher else 'lower'} is better)", ""]
+        if s.note:
+            lines += [f"_{s.note}_", ""]
+        lines += [table_md(_shown(rank_table(s, methods))), "",
+                  f"Figures and tables beside the shipped methods: `{s.folder / 'report.md'}`", ""]
+    refs = "; ".join(f"{k} frozen {v['frozen']} with memzoo {v['memzoo_version']} ({v['train_cpu_hours']} training hours)"
+                     for k, v in index.items() if k in {s.suite for s in scores})
+    lines += ["---", f"memzoo {memzoo.__version__}. This scorecard: {wall_s / 60:.1f} min wall, "
+              f"{plugin_hours:.2f} training hours for the plugin's runs. References: {refs or 'none'}.", ""]
+    path = Path(out_dir) / "scorecard.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def scorecard(methods: list[str], imports: list[str], suites: list[str], out_dir: Path, seeds: Optional[int] = None,
+              jobs: Optional[int] = None, launcher: Optional[str] = None, progress: bool = True,
+              overrides: Optional[list[str]] = None, figures: bool = True) -> tuple[Path, list[SuiteScore]]:
+    """Run the plugin's `methods` through `suites` and write scorecard.md in `out_dir`."""
+    bad = [s for s in suites if s not in SHIPPED_SUITES]
+    if bad:
+        raise ConfigError(f"scorecard suites {bad}: expected some of {list(SHIPPED_SUITES)}")
+    if not methods:
+        raise ConfigError("the plugin registers no memory to score")
+    start = time.monotonic()
+    scores = [score_suite(s, methods, imports, out_dir, seeds, jobs, launcher, progress, overrides, figures) for s in suites]
+    hours = sum(_train_hours(pd.read_parquet(s.folder / "results.parquet").query("source == 'plugin'")) for s in scores)
+    return write_scorecard(scores, methods, out_dir, time.monotonic() - start, hours), scores

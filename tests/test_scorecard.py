@@ -1,0 +1,56 @@
+"""`memzoo scorecard` end to end on a one-step quick suite: the plugin's row is ranked beside the
+shipped references, the report holds both, and a second run trains nothing."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from memzoo.cli import main
+from memzoo.core.plugins import unregister_memory
+from memzoo.suites.references import load_references
+from test_readme import readme_plugin_source
+
+# One step of a one-layer model on 40 documents: the plumbing, not the numbers.
+TINY = ["token_budget=64", "run.model.d_model=32", "run.model.n_layers=1", "run.model.n_heads=2", "run.model.segment_len=16",
+        "run.train.batch_size=2", "run.train.window_segments=2", "run.train.bptt_segments=2", "run.train.warmup_steps=1",
+        "run.data.max_docs=40", "run.eval.max_docs=2", "run.eval.max_segments_per_doc=2"]
+
+
+@pytest.fixture
+def plugin_file(tmp_path: Path):
+    path = tmp_path / "decay_plugin.py"
+    path.write_text(readme_plugin_source())
+    yield path
+    unregister_memory("my-decay")
+
+
+def test_scorecard_ranks_the_plugin_beside_the_references_and_resumes(tmp_path: Path, plugin_file: Path, capsys) -> None:
+    out = tmp_path / "card"
+    args = ["scorecard", str(plugin_file), *TINY, "--suites", "quick", "--seeds", "1", "--out", str(out), "--jobs", "1",
+            "--no-figures"]  # the figures are the report tests'; here the rows beside each other
+    assert main(args) == 0
+    text = (out / "scorecard.md").read_text()
+    assert "**my-decay**" in text and "NOT comparable" in text  # overrides: said so
+    combined = pd.read_parquet(out / "quick-scorecard" / "results.parquet")
+    shipped = load_references("quick")
+    assert set(combined.query("source == 'shipped'")["method"]) == set(shipped["method"])
+    assert set(combined.query("source == 'plugin'")["method"]) == {"my-decay"}
+    assert (combined["seed"] == 0).all()
+    ranks = re.findall(r"^\| (\d+) \| ([^|]+) \|", text, flags=re.M)
+    assert len(ranks) == combined["method"].nunique() and [int(r) for r, _ in ranks] == list(range(1, len(ranks) + 1))
+    assert "my-decay" in (out / "quick-scorecard" / "report.md").read_text()
+    result = out / "quick" / "runs" / "my-decay-s0" / "result.json"
+    stamp = result.stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(args) == 0
+    assert result.stat().st_mtime_ns == stamp, "the second scorecard trained the finished run again"
+
+
+def test_scorecard_names_a_plugin_that_registers_nothing(tmp_path: Path, capsys) -> None:
+    empty = tmp_path / "nothing.py"
+    empty.write_text("x = 1\n")
+    assert main(["scorecard", str(empty), "--out", str(tmp_path / "o")]) == 2
+    assert "registers no memory" in capsys.readouterr().err
