@@ -107,7 +107,7 @@ def test_a_causality_violation_fails_with_exit_status_1(plugin_file) -> None:
     # A last segment cut short sees fewer of its own later tokens, so the leak breaks that too.
     assert found == expected("causality", "partial-segment"), out.stdout
     assert re.search(r"causality\s+FAIL\s+an output before position 11 depends on a token at or after 11 "
-                     r"\(max diff \S+, first at index 8\)", out.stdout), out.stdout
+                     r"\(max diff \S+, first at position 8\)", out.stdout), out.stdout
 
 
 def test_json_output_and_options(plugin_file, capsys) -> None:

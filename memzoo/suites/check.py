@@ -7,7 +7,7 @@ import traceback
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from memzoo.core.config import ConfigError
 from memzoo.core.plugins import ENTRY_POINT_GROUP, get_memory, registered
@@ -77,7 +77,7 @@ def run_checks(names: list[str], options: Optional[dict[str, Any]] = None,
             yield run_one(name, invariant, check, opts)
 
 
-def run_one(name: str, invariant: str, check: Any, options: dict[str, Any]) -> CheckResult:
+def run_one(name: str, invariant: str, check: Callable[[str, dict[str, Any]], None], options: dict[str, Any]) -> CheckResult:
     """One invariant on one memory: an AssertionError is a FAIL, any other error a FAIL with its traceback's last line."""
     try:
         check(name, options)

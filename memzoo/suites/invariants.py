@@ -67,14 +67,21 @@ def tokens(seed: int = 1, s: int = S) -> torch.Tensor:
     return torch.randint(0, V, (B, s, N), generator=torch.Generator().manual_seed(seed))
 
 
+def boundary(row: int, segment: int) -> torch.Tensor:
+    """Document starts [B, S]: only `row` starts a new document, at `segment`."""
+    reset = torch.zeros(B, S, dtype=torch.bool)
+    reset[row, segment] = True
+    return reset
+
+
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max())
 
 
-def first_over(a: torch.Tensor, b: torch.Tensor, tol: float) -> str:
-    """Where |a - b| first exceeds tol along dim 1 (positions or segments), for failure messages."""
+def first_over(a: torch.Tensor, b: torch.Tensor, tol: float, unit: str = "position") -> str:
+    """Where |a - b| first exceeds tol along dim 1 (a position or a segment), for failure messages."""
     over = ((a - b).abs() > tol).flatten(2).any(-1).any(0)  # [L]
-    return f"first at index {int(over.nonzero()[0])}" if bool(over.any()) else "nowhere"
+    return f"first at {unit} {int(over.nonzero()[0])}" if bool(over.any()) else "nowhere"
 
 
 def check_causality(method: str, options: dict[str, Any]) -> None:
@@ -112,8 +119,7 @@ def check_streaming(method: str, options: dict[str, Any]) -> None:
     """Segment by segment through the state API == one call over all segments (with a reset)."""
     model = tiny_model(method, options=options)
     x = tokens()
-    reset = torch.zeros(B, S, dtype=torch.bool)
-    reset[1, 2] = True
+    reset = boundary(1, 2)
     with torch.no_grad():
         one_shot = model(x, reset=reset).logits  # [B, S, N, V]
         state, parts = model.initial_state(B), []
@@ -124,7 +130,7 @@ def check_streaming(method: str, options: dict[str, Any]) -> None:
     streamed = torch.cat(parts, dim=1)
     diff = max_diff(streamed, one_shot)
     assert diff < 1e-4, (f"streaming segment by segment differs from one call by {diff:.2e} "
-                         f"({first_over(streamed, one_shot, 1e-4).replace('index', 'segment')})")
+                         f"({first_over(streamed, one_shot, 1e-4, 'segment')})")
 
 
 def check_partial_last_segment(method: str, options: dict[str, Any]) -> None:
@@ -137,15 +143,14 @@ def check_partial_last_segment(method: str, options: dict[str, Any]) -> None:
         part = model(x[:, 2:, :5], state).logits  # [B, 1, 5, V]
     diff = max_diff(part[:, 0], full[:, 2, :5])
     assert diff < 1e-4, (f"a last segment of 5 tokens differs from the first 5 of the full segment by {diff:.2e} "
-                         f"({first_over(part[:, 0], full[:, 2, :5], 1e-4).replace('index', 'position')})")
+                         f"({first_over(part[:, 0], full[:, 2, :5], 1e-4)})")
 
 
 def check_reset(method: str, options: dict[str, Any]) -> None:
     """After a document boundary a row's outputs equal those of a fresh state; other rows keep memory."""
     model = tiny_model(method, options=options)
     x = tokens()
-    reset = torch.zeros(B, S, dtype=torch.bool)
-    reset[0, 2] = True
+    reset = boundary(0, 2)
     with torch.no_grad():
         with_reset = model(x, reset=reset).logits  # [B, S, N, V]
         fresh = model(x[:, 2:]).logits  # [B, S-2, N, V]
@@ -241,8 +246,7 @@ def check_finite(method: str, options: dict[str, Any], scale: float = 1e4, gain:
         for block in model.blocks:
             block.norm_attn.weight.mul_(gain)  # h, q, k, v of the layer's memory: [B, S, (H,) N, D] x gain
     x = tokens()
-    reset = torch.zeros(B, S, dtype=torch.bool)
-    reset[0, 2] = True
+    reset = boundary(0, 2)
     out = model(x, reset=reset)
     loss = token_nll(out.logits, torch.roll(x, -1, dims=-1)).mean() + out.aux_loss
     loss.backward()
