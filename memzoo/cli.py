@@ -1,4 +1,4 @@
-"""The `memzoo` command: train, eval, compare, report, list, footprint, passkey, recall, generate."""
+"""The `memzoo` command: train, eval, compare, report, list, footprint, check, passkey, recall, generate."""
 from __future__ import annotations
 
 import argparse
@@ -89,6 +89,49 @@ def cmd_footprint(args: argparse.Namespace) -> int:
         r["compression"] = f"{r['compression']}x" if r.get("compression") else ""
     _print_table(rows, ["method", "analytic", "card", "measured", "compression", "footprint_formula"])
     return 0
+
+
+def _option_value(text: str) -> object:
+    """A --options value as YAML reads it (8 -> int, 0.5 -> float, true -> bool, kv -> str)."""
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from memzoo.suites.check import plugin_memories, run_checks
+    from memzoo.suites.invariants import INVARIANTS
+
+    options: dict = {}
+    if args.options_json:
+        try:
+            options = json.loads(args.options_json)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"--options-json is not JSON: {err}") from None
+        if not isinstance(options, dict):
+            raise ConfigError("--options-json must be a JSON object of memory options")
+    for item in args.options:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ConfigError(f"--options expects key=value, got {item!r}")
+        options[key] = _option_value(value)
+    unknown = sorted(set(args.only or []) - set(INVARIANTS))
+    if unknown:
+        raise ConfigError(f"--only: unknown invariant(s) {unknown}; known: {', '.join(INVARIANTS)}")
+    names = plugin_memories(args.plugin)
+    results, width = [], max(len(n) for n in names)
+    for r in run_checks(names, options, args.only):
+        results.append(r)
+        if not args.json:
+            line = f"{r.memory:{width}s}  {r.invariant:16s}  {r.status}"
+            print(line + (f"  {r.message}" if r.message else ""), flush=True)
+    failed = [r for r in results if r.status == "FAIL"]
+    if args.json:
+        print(json.dumps([vars(r) for r in results], indent=1))
+    else:
+        counts = {s: sum(r.status == s for r in results) for s in ("PASS", "FAIL", "SKIP")}
+        print(f"{len(names)} memor{'y' if len(names) == 1 else 'ies'}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return 1 if failed else 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -322,6 +365,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--launcher", default="local", choices=["local", "submitit-local", "slurm"])
     s.add_argument("--no-figures", action="store_true", help="the reports' tables without their figures")
     s.set_defaults(fn=cmd_scorecard)
+
+    s = sub.add_parser("check", help="run every invariant on the memories a plugin registers: memzoo check PLUGIN")
+    s.add_argument("plugin", help="a module path (mypkg.mymemory), a .py file, or an installed memzoo.memories entry point")
+    s.add_argument("--options", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="memory options for every memory checked (over the in-tree methods' tiny defaults)")
+    s.add_argument("--options-json", default=None, help="memory options as one JSON object (--options win)")
+    s.add_argument("--only", type=lambda t: [x for x in t.split(",") if x], default=None,
+                   help="comma-separated invariants to run (default: all)")
+    s.add_argument("--json", action="store_true", help="print the results as a JSON list")
+    s.set_defaults(fn=cmd_check)
 
     s = sub.add_parser("footprint", help="state size per method: analytic, card formula, measured")
     s.add_argument("config")

@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny backbone and per-method options small enough for CPU tests."""
+"""Shared fixtures: the registered methods, their option variants (CASES) and the tiny backbone for CPU tests."""
 from __future__ import annotations
 
 import os
@@ -11,22 +11,9 @@ import torch
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
-from memzoo.core.config import ModelConfig  # noqa: E402
-from memzoo.core.plugins import get_memory, registered  # noqa: E402
-
-# Options that make each method's memory matter at the tiny size (mem_len = one segment, etc.).
-TINY_OPTIONS: dict[str, dict] = {
-    "xl": {"mem_len": 8},
-    "compressive": {"mem_len": 8, "cmem_len": 4, "compression_rate": 2},
-    "memorizing": {"store_size": 32, "mem_len": 8, "top_k": 4},
-    "rmt": {"n_mem_tokens": 2},
-    "infty-former": {"n_basis": 8, "mem_len": 8},
-    "titans-mac": {"chunk_size": 4, "n_persistent": 2},
-    "titans-mag": {"chunk_size": 4, "n_persistent": 2},
-    # W_V starts at zero in the paper (a silent memory, no reach and no gradient through the state
-    # until W_V learns); the untrained tiny model needs it nonzero for the invariants to see the memory.
-    "armt": {"n_mem_tokens": 2, "d_mem": 4, "w_v_init_std": 0.2},
-}
+from memzoo.core.plugins import registered  # noqa: E402
+# The tiny model and per-method options live in the package: `memzoo check` builds the same ones.
+from memzoo.suites.invariants import TINY_OPTIONS, tiny_memory_config, tiny_model, tiny_model_config  # noqa: E402, F401
 
 METHODS = sorted(registered())
 
@@ -54,25 +41,6 @@ VARIANTS: list[tuple[str, str, dict]] = [
 ]
 # (id, method, options): every registered method at its tiny options, then the variants.
 CASES = [(m, m, TINY_OPTIONS.get(m, {})) for m in METHODS] + [v for v in VARIANTS if v[1] in METHODS]
-
-
-def tiny_model_config(**kw) -> ModelConfig:
-    base = dict(d_model=32, n_layers=2, n_heads=2, segment_len=8, mlp_ratio=2.0)
-    base.update(kw)
-    return ModelConfig(**base)
-
-
-def tiny_memory_config(method: str, options: dict | None = None):
-    return get_memory(method).config(**(TINY_OPTIONS.get(method, {}) if options is None else options))
-
-
-def tiny_model(method: str, seed: int = 0, options: dict | None = None, **kw):
-    from memzoo.core.model import MemoryModel
-
-    torch.manual_seed(seed)
-    model = MemoryModel(tiny_model_config(**kw), method, tiny_memory_config(method, options))
-    model.eval()
-    return model
 
 
 @pytest.fixture(params=METHODS)

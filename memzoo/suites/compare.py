@@ -137,8 +137,11 @@ def plugin_methods(plugin: str) -> tuple[list[str], list[str]]:
 
     from memzoo.core.plugins import ENTRY_POINT_GROUP, registered
 
+    registered()  # discover the installed entry points first
     points = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
     if plugin.endswith(".py"):
+        if not Path(plugin).expanduser().is_file():
+            raise ConfigError(f"plugin file {plugin!r} does not exist")
         import_plugins([plugin])
         module, imports = f"memzoo_suite_plugin_{Path(plugin).stem}", [str(Path(plugin).expanduser().resolve())]
     elif plugin in points:
@@ -148,12 +151,12 @@ def plugin_methods(plugin: str) -> tuple[list[str], list[str]]:
         try:
             import_plugins([plugin])
         except ModuleNotFoundError as err:
-            raise ConfigError(f"plugin {plugin!r}: not a .py file, an importable module or an installed "
-                              f"entry point ({err})") from None
+            raise ConfigError(f"{plugin!r} is no .py file, importable module or {ENTRY_POINT_GROUP} entry point "
+                              f"({err})") from None
         module, imports = plugin, [plugin]
     names = [n for n, spec in registered().items() if spec.source == module or spec.source.startswith(module + ".")]
     if not names:
-        raise ConfigError(f"plugin {plugin!r} registers no memory (no @register_memory in module {module})")
+        raise ConfigError(f"{plugin!r} registers no memory (no @register_memory ran when it was imported)")
     return names, imports
 
 
