@@ -15,14 +15,14 @@ from memzoo.cli import main
 from memzoo.core.plugins import registered, unregister_memory
 from memzoo.suites.check import plugin_memories, run_checks
 from memzoo.suites.invariants import INVARIANTS
+from test_readme import readme_plugin_source
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def readme_plugin() -> str:
     """The plugin example exactly as README.md shows it."""
-    text = (ROOT / "README.md").read_text().split("## Register a memory", 1)[1]
-    return re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+    return readme_plugin_source()
 
 
 def mutate(name: str, old: str, new: str) -> str:
