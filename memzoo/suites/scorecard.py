@@ -90,13 +90,16 @@ def rank_table(score: SuiteScore, methods: list[str]) -> pd.DataFrame:
 
 
 def _shown(t: pd.DataFrame) -> pd.DataFrame:
-    """The rank table as text: mean ± interval, the difference from local ± its interval and p."""
-    fmt = lambda v: "" if pd.isna(v) else f"{v:.4f}"  # noqa: E731
+    """The rank table as text: mean ± interval, the difference from local ± its interval and p
+    (an interval and a p-value only where there are seeds for them)."""
+    def pm(v: float, half: float, sign: str = "") -> str:
+        return "" if pd.isna(v) else f"{v:{sign}.4f}" + ("" if pd.isna(half) else f" ± {half:.4f}")
+
     out = pd.DataFrame({"rank": t["rank"], "method": [f"**{m}**" if y else m for m, y in zip(t["method"], t["yours"])],
-                        "seeds": t["n"], "mean ± 95%": [f"{fmt(m)} ± {fmt(c)}" for m, c in zip(t["mean"], t["ci"])]})
+                        "seeds": t["n"], "mean ± 95%": [pm(m, c) for m, c in zip(t["mean"], t["ci"])]})
     if "diff_vs_local" in t.columns:
         out["vs local ± 95% (p)"] = [
-            "" if pd.isna(d) else f"{d:+.4f} ± {fmt(c)} (p {p:.3f}){' *' if s else ''}"
+            pm(d, c, "+") + ("" if pd.isna(p) else f" (p {p:.3g}){' *' if s else ''}")
             for d, c, p, s in zip(t["diff_vs_local"], t["ci_vs_local"], t["p_vs_local"], t["sig_vs_local"])]
     return out
 
