@@ -19,7 +19,7 @@ from memzoo.analysis import longrange_table
 from memzoo.core.config import ConfigError
 from memzoo.running.checkpoints import load_checkpoint
 from memzoo.running.configure import load_config
-from memzoo.suites.compare import check_parameter_spread, expand, load_suite, parameter_counts, run_suite
+from memzoo.suites.compare import check_parameter_spread, expand, load_suite, parameter_counts, run_suite, write_table
 from memzoo.suites.report import write_report
 
 TINY_RUN = """
@@ -71,6 +71,12 @@ def test_tiny_suite_writes_the_table_and_the_report(tmp_path: Path, capsys) -> N
     text = html.read_text()
     assert text.count("data:image/png;base64,") == len(pngs) and "infini-linear" in text
     assert "paired by seed" in md.read_text() and "Summary, unpaired (Welch)" in md.read_text()
+
+    # A run folder trained under another config (stale, not yet re-run) gives no row.
+    stale = root / "runs" / "local-s1" / "config.yaml"
+    stale.write_text(stale.read_text().replace("lr: 0.002", "lr: 0.005"))
+    left = write_table(root, expand(suite))
+    assert sorted(zip(left["method"], left["seed"])) == [("infini-linear", 0), ("infini-linear", 1), ("local", 0)]
 
 
 def test_parameter_counts_must_match(tmp_path: Path) -> None:

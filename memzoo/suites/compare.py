@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from memzoo.core.config import ConfigError, RunConfig, _merge_checked, preset_path, to_yaml
 from memzoo.running.configure import load_config, resolve
-from memzoo.running.curriculum import finetune_chain, finished, prepare_stage
+from memzoo.running.curriculum import config_matches, finetune_chain, finished, prepare_stage
 from memzoo.running.diagnostics import stage_columns
 
 
@@ -344,10 +344,11 @@ def result_row(run_dir: Path, spec_grid: Optional[dict[str, Any]] = None) -> dic
 
 
 def write_table(root: Path, specs: list[RunSpec]) -> pd.DataFrame:
-    """results.parquet (and .csv) from every finished run of the suite, written atomically."""
+    """results.parquet (and .csv) from every finished run of the suite, written atomically. A run
+    folder trained under another config (a stale one, not yet re-run) gives no row."""
     rows = []
     for s in specs:
-        if (s.run_dir / "result.json").is_file():
+        if (s.run_dir / "result.json").is_file() and config_matches(s.run_dir, s.cfg):
             row = result_row(s.run_dir, s.grid)
             row["suite"] = root.name
             # before fine-tuning (what it cost the LM), the answer loss over the stages, the gates before
