@@ -50,3 +50,14 @@ def test_readme_plugin_example_registers_a_working_memory() -> None:
             v.numel() for st in state.layers for v in st.values()) // 2
     finally:
         unregister_memory("my-decay")
+
+
+def test_readme_is_short_and_its_links_resolve() -> None:
+    """A newcomer's page: at most 300 lines, and every relative link or image points at a file."""
+    text = README.read_text()
+    assert text.count("\n") <= 300, f"README.md has {text.count(chr(10))} lines; the rest belongs in docs/"
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if "://" not in t]
+    assert local, "no relative links found (vacuous)"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README links to missing files: {missing}"

@@ -28,6 +28,16 @@ SHIPPED_SUITES = ("quick", "capacity-top", "distance")
 INDEX = "index.json"
 
 
+def memzoo_version() -> str:
+    """The installed package's version (from its metadata: this layer does not import `memzoo` itself)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("memzoo")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def references_dir() -> Path:
     """The folder of the shipped tables (inside the installed package or the checkout)."""
     return Path(str(resources.files("memzoo") / "references"))
@@ -61,8 +71,6 @@ class Frozen:
 def freeze(results: Path, suite: str, out_dir: Optional[Path] = None) -> Frozen:
     """Ship the finished rows of `results` (a suite folder with results.parquet and runs/) whose saved
     configs match the suite's current runs; the others are listed with the reason."""
-    import memzoo
-
     table = pd.read_parquet(Path(results) / "results.parquet")
     expected = suite_hashes(suite, sorted(table["method"].unique()))
     keep, refused, hashes = [], {}, []
@@ -78,13 +86,13 @@ def freeze(results: Path, suite: str, out_dir: Optional[Path] = None) -> Frozen:
         else:
             keep.append(i)
             hashes.append(h)
-    shipped = table.loc[keep].drop(columns=["run_dir"]).assign(config_hash=hashes, memzoo_version=memzoo.__version__)
+    shipped = table.loc[keep].drop(columns=["run_dir"]).assign(config_hash=hashes, memzoo_version=memzoo_version())
     out = Path(out_dir) if out_dir is not None else references_dir()
     out.mkdir(parents=True, exist_ok=True)
     shipped.to_parquet(out / f"{suite}.parquet", index=False)
     index = json.loads((out / INDEX).read_text()) if (out / INDEX).is_file() else {}
     index[suite] = {
-        "memzoo_version": memzoo.__version__,
+        "memzoo_version": memzoo_version(),
         "frozen": time.strftime("%Y-%m-%d"),
         "rows": len(shipped),
         "methods": sorted(shipped["method"].unique().tolist()),

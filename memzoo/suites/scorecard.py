@@ -19,7 +19,7 @@ import pandas as pd
 from memzoo.analysis.stats import compare_groups
 from memzoo.core.config import ConfigError
 from memzoo.suites.compare import load_suite, run_suite
-from memzoo.suites.references import SHIPPED_SUITES, load_index, load_references
+from memzoo.suites.references import SHIPPED_SUITES, load_index, load_references, memzoo_version
 from memzoo.suites.report import table_md, write_report
 
 # What each suite is scored on, and which way is better.
@@ -107,8 +107,6 @@ def _shown(t: pd.DataFrame) -> pd.DataFrame:
 def write_scorecard(scores: list[SuiteScore], methods: list[str], out_dir: Path, wall_s: float,
                     plugin_hours: float) -> Path:
     """scorecard.md: per suite the ranking with intervals and a link to the report, then the footer."""
-    import memzoo
-
     index = load_index()
     lines = [f"# Scorecard: {', '.join(methods)}", ""]
     for s in scores:
@@ -120,7 +118,7 @@ def write_scorecard(scores: list[SuiteScore], methods: list[str], out_dir: Path,
                   f"Figures and tables beside the shipped methods: `{s.folder / 'report.md'}`", ""]
     refs = "; ".join(f"{k} frozen {v['frozen']} with memzoo {v['memzoo_version']} ({v['train_cpu_hours']} training hours)"
                      for k, v in index.items() if k in {s.suite for s in scores})
-    lines += ["---", f"memzoo {memzoo.__version__}. This scorecard: {wall_s / 60:.1f} min wall, "
+    lines += ["---", f"memzoo {memzoo_version()}. This scorecard: {wall_s / 60:.1f} min wall, "
               f"{plugin_hours:.2f} training hours for the plugin's runs. References: {refs or 'none'}.", ""]
     path = Path(out_dir) / "scorecard.md"
     path.write_text("\n".join(lines))
