@@ -86,7 +86,9 @@ class TrainConfig:
     weight_decay: float = 0.1
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     grad_clip: float = 1.0
-    precision: str = "fp32"  # fp32 | bf16 (autocast; memory state stays float32) | auto (bf16 on a bf16 CUDA device)
+    # fp32 | bf16 (autocast; memory state stays float32) | auto: bf16 on a bf16 CUDA device, or on a CPU
+    # with bf16 units where a timed matrix product is faster in bf16 (memzoo.core.precision); else fp32
+    precision: str = "fp32"
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch threads on CPU; 0 = torch's default
     checkpoint_every: int = 100
