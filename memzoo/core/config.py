@@ -138,6 +138,16 @@ class TaskConfig:
 
 
 @dataclass
+class LogConfig:
+    """Where a run's metrics go beside metrics.jsonl (always written): an experiment tracker
+    (memzoo.running.tracking). Changing it never makes a finished run stale."""
+
+    tracker: str = "none"  # none | tensorboard (pip install 'memzoo[tensorboard]') | wandb ('memzoo[wandb]')
+    project: str = "memzoo"  # wandb: the project
+    group: Optional[str] = None  # wandb: the run group (None: a suite's runs are grouped by the suite's name)
+
+
+@dataclass
 class RunConfig:
     name: str = "run"
     seed: int = 0
@@ -148,6 +158,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     # Per-method memory options for commands that consider several methods on one backbone
     # (footprint tables, comparison suites): {method name: {option: value}}.
     methods: Any = field(default_factory=dict)
