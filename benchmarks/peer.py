@@ -1,9 +1,9 @@
 """CPU training throughput of memzoo's Infini-attention against the public port
 (lucidrains' infini-transformer-pytorch 0.2.1) at the port's configuration: dim 256, depth 4,
 4 heads of 64, segments of 256, batch 4 x 2,048 bytes, AdamW, memory detached every 2 segments,
-fp32.
+fp32 (or bf16 autocast on both sides with --precision bf16: worth it only on a CPU with bf16 units).
 
-    python benchmarks/peer.py [--rule delta|linear] [--rounds 3] [--steps 5] [--threads 2] [--out results/bench]
+    python benchmarks/peer.py [--rule delta|linear] [--precision fp32|bf16] [--rounds 3] [--steps 5] [--threads 2] [--out results/bench]
     python benchmarks/peer.py --profile memzoo [--threads 1]    # where one memzoo step spends its time
     python benchmarks/peer.py --breakdown [--steps 4]           # both sides: matmuls, attention, the rest
 
@@ -19,6 +19,7 @@ Without the port installed only memzoo runs and the ratio is nan.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -44,25 +45,31 @@ def port_installed() -> bool:
     return True
 
 
-def memzoo_config(rule: str, threads: int, overrides: list[str] | None = None):
-    """The `memzoo train` config at the port's configuration (fp32, CPU)."""
+PRECISIONS = ("fp32", "bf16")  # both sides run at the one chosen
+
+
+def memzoo_config(rule: str, threads: int, overrides: list[str] | None = None, precision: str = "fp32"):
+    """The `memzoo train` config at the port's configuration (CPU; fp32 unless `precision` says bf16)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}; expected one of {PRECISIONS}")
     from memzoo.running.configure import load_config
 
     return load_config("small", [
         f"memory.name=infini-{rule}", f"model.d_model={DIM}", f"model.n_layers={DEPTH}", f"model.n_heads={HEADS}",
         f"model.segment_len={SEGMENT}", f"train.batch_size={BATCH}", f"train.window_segments={LENGTH // SEGMENT}",
-        f"train.bptt_segments={DETACH_EVERY}", f"train.threads={threads}", "train.precision=fp32", "train.device=cpu",
+        f"train.bptt_segments={DETACH_EVERY}", f"train.threads={threads}", f"train.precision={precision}", "train.device=cpu",
         "data.max_docs=200", *(overrides or []),
     ])
 
 
-def memzoo_step(rule: str, threads: int, overrides: list[str] | None = None) -> tuple[Callable[[], None], torch.nn.Module]:
-    """`memzoo train`'s first optimiser step (its batch, learning rate, train_window, clipping and
-    AdamW), as a closure that repeats it, and the model it trains."""
+def memzoo_step(rule: str, threads: int, overrides: list[str] | None = None,
+                precision: str = "fp32") -> tuple[Callable[[], None], torch.nn.Module]:
+    """`memzoo train`'s first optimiser step (its batch, learning rate, train_window under
+    train.precision, clipping and AdamW), as a closure that repeats it, and the model it trains."""
     from memzoo.running.configure import build_model
     from memzoo.running.train import batch_source, build_optimizer, lr_at, train_window
 
-    cfg = memzoo_config(rule, threads, overrides)
+    cfg = memzoo_config(rule, threads, overrides, precision)
     tc = cfg.train
     torch.manual_seed(cfg.seed)
     model = build_model(cfg).train()
@@ -81,13 +88,22 @@ def memzoo_step(rule: str, threads: int, overrides: list[str] | None = None) -> 
     return step, model
 
 
-def port_step(rule: str, threads: int) -> Callable[[], None]:
-    """One step of the port as its train.py takes it (wrapper backward, clipping, AdamW), as a closure."""
+def autocast(precision: str):
+    """The port's forward and backward under the precision memzoo's side trains in: bf16 autocast
+    on the CPU (as memzoo.core.precision.autocast_context gives memzoo), or nothing for fp32."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}; expected one of {PRECISIONS}")
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+
+def port_step(rule: str, threads: int, precision: str = "fp32") -> Callable[[], None]:
+    """One step of the port as its train.py takes it (wrapper backward under `autocast(precision)`,
+    clipping, AdamW), as a closure."""
     from infini_transformer_pytorch import InfiniTransformer, InfiniTransformerWrapper
 
     from memzoo.running.train import batch_source
 
-    cfg = memzoo_config(rule, threads)  # the same bytes and optimiser settings
+    cfg = memzoo_config(rule, threads, precision=precision)  # the same bytes and optimiser settings
     tc = cfg.train
     torch.manual_seed(cfg.seed)
     model = InfiniTransformer(num_tokens=256, dim=DIM, depth=DEPTH, dim_head=DIM_HEAD, heads=HEADS,
@@ -99,7 +115,8 @@ def port_step(rule: str, threads: int) -> Callable[[], None]:
     seq = torch.cat((batch.tokens.reshape(b, -1), batch.targets.reshape(b, -1)[:, -1:]), dim=1)  # [B, LENGTH + 1]
 
     def step() -> None:
-        wrapper(seq, backward=True)
+        with autocast(precision):
+            wrapper(seq, backward=True)
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -107,18 +124,20 @@ def port_step(rule: str, threads: int) -> Callable[[], None]:
     return step
 
 
-def make_step(side: str, rule: str, threads: int, overrides: list[str] | None = None) -> Callable[[], None]:
+def make_step(side: str, rule: str, threads: int, overrides: list[str] | None = None,
+              precision: str = "fp32") -> Callable[[], None]:
     if side == "memzoo":
-        return memzoo_step(rule, threads, overrides)[0]
+        return memzoo_step(rule, threads, overrides, precision)[0]
     if side == "port":
-        return port_step(rule, threads)
+        return port_step(rule, threads, precision)
     raise ValueError(f"side={side!r}; expected one of {SIDES}")
 
 
-def worker(side: str, rule: str, steps: int, warmup: int, threads: int, overrides: list[str]) -> None:
+def worker(side: str, rule: str, steps: int, warmup: int, threads: int, overrides: list[str],
+           precision: str = "fp32") -> None:
     """Child process: warm up, time `steps` steps, print their seconds as one JSON line."""
     torch.set_num_threads(threads)
-    step = make_step(side, rule, threads, overrides)
+    step = make_step(side, rule, threads, overrides, precision)
     for _ in range(warmup):
         step()
     seconds = []
@@ -129,12 +148,13 @@ def worker(side: str, rule: str, steps: int, warmup: int, threads: int, override
     print(json.dumps({"side": side, "seconds": seconds}))
 
 
-def profile(side: str, rule: str, steps: int, threads: int, overrides: list[str], rows: int) -> None:
+def profile(side: str, rule: str, steps: int, threads: int, overrides: list[str], rows: int,
+            precision: str = "fp32") -> None:
     """torch.profiler over `steps` steps after one warm-up: the ops by self CPU time."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     torch.set_num_threads(threads)
-    step = make_step(side, rule, threads, overrides)
+    step = make_step(side, rule, threads, overrides, precision)
     step()
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
@@ -150,14 +170,14 @@ def matmul_flops(name: str, shapes: list[list[int]]) -> int:
     return 2 * a[0] * a[1] * b[1]  # [M, K] @ [K, N]
 
 
-def breakdown(rule: str, steps: int, threads: int, overrides: list[str]) -> None:
+def breakdown(rule: str, steps: int, threads: int, overrides: list[str], precision: str = "fp32") -> None:
     """Both sides in this process, steps alternating, profiled: each step's self CPU time split into
     matrix products (mm/addmm: the parameter matmuls; bmm), softmax attention (SDPA) and the rest,
     with the matmuls' GFLOP and GFLOP/s; then the ratio memzoo would reach with no time outside them."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     torch.set_num_threads(threads)
-    steps_of = {side: make_step(side, rule, threads, overrides) for side in SIDES}
+    steps_of = {side: make_step(side, rule, threads, overrides, precision) for side in SIDES}
     for step in steps_of.values():
         step()
     parts = {side: dict.fromkeys(("total", "mm", "mm_flop", "bmm", "bmm_flop", "sdpa"), 0.0) for side in SIDES}
@@ -190,7 +210,8 @@ def breakdown(rule: str, steps: int, threads: int, overrides: list[str]) -> None
 def run_side(side: str, args: argparse.Namespace) -> list[float]:
     """One fresh process for one side; returns its timed steps' seconds."""
     cmd = [sys.executable, __file__, "--worker", side, "--rule", args.rule, "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--threads", str(args.threads), *[f"--set={o}" for o in args.set]]
+           "--warmup", str(args.warmup), "--threads", str(args.threads), "--precision", args.precision,
+           *[f"--set={o}" for o in args.set]]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])["seconds"]
@@ -203,6 +224,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="timed steps per process")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps per process first")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                    help="both sides at this precision: fp32, or bf16 autocast (memory state stays float32 in memzoo)")
     ap.add_argument("--out", default="results/bench")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an override of memzoo's config (e.g. --set memory.vectorized=false)")
@@ -218,13 +241,13 @@ def main() -> None:
     if args.warmup < 0:
         raise SystemExit(f"--warmup must be >= 0; got {args.warmup}")
     if args.worker:
-        return worker(args.worker, args.rule, args.steps, args.warmup, args.threads, args.set)
+        return worker(args.worker, args.rule, args.steps, args.warmup, args.threads, args.set, args.precision)
     if args.profile:
-        return profile(args.profile, args.rule, args.steps, args.threads, args.set, args.rows)
+        return profile(args.profile, args.rule, args.steps, args.threads, args.set, args.rows, args.precision)
     if args.breakdown:
         if not port_installed():
             raise SystemExit("--breakdown compares with the port: pip install infini-transformer-pytorch==0.2.1")
-        return breakdown(args.rule, args.steps, args.threads, args.set)
+        return breakdown(args.rule, args.steps, args.threads, args.set, args.precision)
 
     sides = list(SIDES) if port_installed() else ["memzoo"]
     if len(sides) == 1:
@@ -233,7 +256,8 @@ def main() -> None:
     for r in range(args.rounds):
         for side in sides if r % 2 == 0 else sides[::-1]:
             for i, sec in enumerate(run_side(side, args)):
-                rows.append({"round": r, "side": side, "rule": args.rule, "threads": args.threads, "step": i,
+                rows.append({"round": r, "side": side, "rule": args.rule, "precision": args.precision,
+                             "threads": args.threads, "step": i,
                              "seconds": sec, "tokens_per_s": BATCH * LENGTH / sec})
             last = [row["tokens_per_s"] for row in rows if row["side"] == side and row["round"] == r]
             print(f"round {r} {side:6s} median {statistics.median(last):8,.0f} tokens/s", flush=True)
@@ -242,7 +266,7 @@ def main() -> None:
         tps = sorted(row["tokens_per_s"] for row in rows if row["side"] == side)
         medians[side] = statistics.median(tps)
         print(f"{side:6s} tokens/s  min {tps[0]:8,.0f}  median {medians[side]:8,.0f}  max {tps[-1]:8,.0f}"
-              f"  ({len(tps)} steps, rule {args.rule}, {args.threads} threads)")
+              f"  ({len(tps)} steps, rule {args.rule}, {args.precision}, {args.threads} threads)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     import pandas as pd  # only the parent writes the table

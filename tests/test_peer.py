@@ -48,3 +48,39 @@ def test_matmul_flops_counts_what_the_profiler_records() -> None:
     assert peer.matmul_flops("aten::mm", [[2048, 256], [256, 1024]]) == 2 * 2048 * 256 * 1024
     assert peer.matmul_flops("aten::addmm", [[1364], [1024, 256], [256, 1364], [], []]) == 2 * 1024 * 256 * 1364
     assert peer.matmul_flops("aten::bmm", [[16, 256, 64], [16, 64, 1]]) == 2 * 16 * 256 * 64
+
+
+def test_precision_reaches_both_sides_and_the_worker(monkeypatch) -> None:
+    """--precision bf16: memzoo's step trains under train.precision=bf16, the port's runs under bf16
+    autocast, and each worker process is given the flag."""
+    import argparse
+    import json
+    import warnings
+
+    import memzoo.running.train as train_module
+
+    peer = load_peer()
+    seen: list[str] = []
+    real = train_module.train_window
+    monkeypatch.setattr(train_module, "train_window", lambda *a, **k: seen.append(a[4]) or real(*a, **k))
+    step, _ = peer.memzoo_step("linear", threads=1, overrides=TINY, precision="bf16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # bf16 on a CPU without bf16 units warns that it is slow
+        step()
+    assert seen == ["bf16"]
+    with peer.autocast("bf16"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with peer.autocast("fp32"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+    commands: list[list[str]] = []
+
+    def fake_run(cmd, **kwargs):
+        commands.append(cmd)
+        return argparse.Namespace(stdout=json.dumps({"side": "memzoo", "seconds": [1.0]}) + "\n")
+
+    monkeypatch.setattr(peer.subprocess, "run", fake_run)
+    args = argparse.Namespace(rule="delta", steps=1, warmup=0, threads=1, precision="bf16", set=[])
+    assert peer.run_side("memzoo", args) == [1.0]
+    (cmd,) = commands
+    assert cmd[cmd.index("--precision") + 1] == "bf16"

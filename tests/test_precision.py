@@ -86,3 +86,103 @@ def test_bad_precision_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"train.precision='half'; expected one of \('fp32', 'bf16', 'auto'\)"):
         precision.resolve_precision("half", CPU)
     assert load_config("small", ["train.precision=auto"]).train.precision == "auto"
+
+
+@pytest.fixture
+def cpu_caps(monkeypatch):
+    """Mock this CPU's bf16 capability for `auto`: set(flags, speeds); records whether it timed."""
+    timed: list[int] = []
+
+    def set_caps(flags: frozenset[str] | None, speeds: tuple[float, float] = (100.0, 50.0)) -> list[int]:
+        monkeypatch.setattr(precision.sys, "platform", "linux")
+        monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+        monkeypatch.setattr(precision, "bf16_matmul_speeds", lambda size, repeats: timed.append(size) or speeds)
+        precision.auto_cpu_choice.cache_clear()
+        return timed
+
+    yield set_caps
+    precision.auto_cpu_choice.cache_clear()
+
+
+def test_auto_on_a_cpu_with_bf16_units_and_faster_bf16_picks_bf16(cpu_caps) -> None:
+    timed = cpu_caps(frozenset({"avx2", "avx512_bf16"}), speeds=(100.0, 250.0))
+    choice = precision.precision_choice("auto", CPU)
+    assert choice.precision == "bf16" and precision.resolve_precision("auto", CPU) == "bf16"
+    assert "avx512_bf16" in choice.reason and "250.0 GFLOP/s in bf16 against 100.0" in choice.reason
+    assert timed == [256], "timed once (256 x 256), then cached"
+    assert autocast_dtype("auto") == torch.bfloat16
+
+
+def test_auto_on_a_cpu_with_bf16_units_but_slower_bf16_picks_fp32(cpu_caps) -> None:
+    timed = cpu_caps(frozenset({"amx_bf16"}), speeds=(100.0, 90.0))
+    choice = precision.precision_choice("auto", CPU)
+    assert choice.precision == "fp32" and "amx_bf16 present, but" in choice.reason and timed == [256]
+    assert autocast_dtype("auto") == torch.float32
+
+
+@pytest.mark.parametrize("flags", [frozenset({"avx2", "fma"}), None])
+def test_auto_without_bf16_units_picks_fp32_without_timing(cpu_caps, flags) -> None:
+    timed = cpu_caps(flags, speeds=(1.0, 1000.0))  # a timing would say bf16: it must not be taken
+    choice = precision.precision_choice("auto", CPU)
+    assert choice.precision == "fp32" and timed == []
+    assert ("no bf16 units" if flags is not None else "no readable CPU flags") in choice.reason
+
+
+def test_auto_off_linux_picks_fp32_without_reading_flags(cpu_caps, monkeypatch) -> None:
+    timed = cpu_caps(frozenset({"avx512_bf16"}), speeds=(1.0, 1000.0))
+    monkeypatch.setattr(precision.sys, "platform", "darwin")
+    choice = precision.precision_choice("auto", CPU)
+    assert choice.precision == "fp32" and "darwin" in choice.reason and timed == []
+
+
+def test_this_machine_without_bf16_units_resolves_auto_to_fp32() -> None:
+    """The issue's machine (AVX2 only): auto is fp32, with the reason; skipped on a bf16-capable CPU."""
+    flags = precision.cpu_flags()
+    if flags is None or flags & precision.BF16_CPU_FLAGS:
+        pytest.skip("this CPU has bf16 units (or no readable flags): the AVX2-only case does not apply")
+    precision.auto_cpu_choice.cache_clear()
+    try:
+        choice = precision.precision_choice("auto", CPU)
+    finally:
+        precision.auto_cpu_choice.cache_clear()
+    assert choice.precision == "fp32" and "no bf16 units" in choice.reason
+
+
+def test_state_stays_float32_when_auto_picks_bf16(cpu_caps) -> None:
+    """auto -> bf16 (mocked bf16 units, faster): autocast is on (logits in bf16) and every memory's
+    floating state stays float32."""
+    from conftest import METHODS, tiny_model
+
+    cpu_caps(frozenset({"amx_bf16"}), speeds=(100.0, 300.0))
+    x = torch.randint(0, 256, (2, 2, 8))  # [B, segments, N]
+    with_state = 0
+    for method in METHODS:
+        model = tiny_model(method)
+        with torch.no_grad(), autocast_context("auto", CPU):
+            out = model(x)
+        assert out.logits.dtype == torch.bfloat16, f"{method}: autocast did not run in bf16"
+        floats = {k: v.dtype for st in out.state.all() for k, v in st.items() if v.is_floating_point()}
+        assert set(floats.values()) <= {torch.float32}, (method, floats)
+        with_state += bool(floats)
+    assert with_state >= len(METHODS) - 2  # every method but the two without memory (local, full) holds a state
+
+
+def test_the_result_row_records_the_precision_and_why(tmp_path: Path) -> None:
+    import json
+
+    from memzoo.running.train import train
+
+    corpus = tmp_path / "doc.txt"
+    corpus.write_bytes(Path(__file__).read_bytes() * 2)  # one file: split 90/5/5 by bytes (memzoo.data.corpus)
+    cfg = load_config("local", [f"data.source={corpus}", "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.segment_len=16",
+                                "train.steps=1", "train.batch_size=2", "train.window_segments=1", "train.bptt_segments=1",
+                                "train.precision=auto", "train.device=cpu", "eval.max_docs=1",
+                                "eval.max_segments_per_doc=1", "eval.batch_size=1", f"out_dir={tmp_path}"])
+    precision.auto_cpu_choice.cache_clear()
+    try:
+        row = json.loads((train(cfg, progress=False) / "result.json").read_text())
+        expected = precision.precision_choice("auto", CPU)
+    finally:
+        precision.auto_cpu_choice.cache_clear()
+    assert row["precision"] == expected.precision and row["precision_reason"] == expected.reason
+    assert row["precision_reason"].startswith("auto on CPU: ")

@@ -86,7 +86,9 @@ class TrainConfig:
     weight_decay: float = 0.1
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
     grad_clip: float = 1.0
-    precision: str = "fp32"  # fp32 | bf16 (autocast; memory state stays float32) | auto (bf16 on a bf16 CUDA device)
+    # fp32 | bf16 (autocast; memory state stays float32) | auto: bf16 on a bf16 CUDA device, or on a CPU
+    # with bf16 units where a timed matrix product is faster in bf16 (memzoo.core.precision); else fp32
+    precision: str = "fp32"
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch threads on CPU; 0 = torch's default
     checkpoint_every: int = 100
@@ -136,6 +138,16 @@ class TaskConfig:
 
 
 @dataclass
+class LogConfig:
+    """Where a run's metrics go beside metrics.jsonl (always written): an experiment tracker
+    (memzoo.running.tracking). Changing it never makes a finished run stale."""
+
+    tracker: str = "none"  # none | tensorboard (pip install 'memzoo[tensorboard]') | wandb ('memzoo[wandb]')
+    project: str = "memzoo"  # wandb: the project
+    group: Optional[str] = None  # wandb: the run group (None: a suite's runs are grouped by the suite's name)
+
+
+@dataclass
 class RunConfig:
     name: str = "run"
     seed: int = 0
@@ -146,6 +158,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     # Per-method memory options for commands that consider several methods on one backbone
     # (footprint tables, comparison suites): {method name: {option: value}}.
     methods: Any = field(default_factory=dict)

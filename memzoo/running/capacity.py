@@ -28,7 +28,7 @@ from memzoo.core.model import MemoryModel
 from memzoo.core.plugins import get_memory
 from memzoo.data.tasks import SegmentRecallExample, recall_chance, segment_recall_example
 from memzoo.running.configure import memory_config
-from memzoo.running.evaluate import gate_values, measure_footprint, peak_rss_mb
+from memzoo.running.evaluate import gate_values, measure_footprint, peak_rss_mb, precision_columns
 
 EVAL_SEED_OFFSET = 7_919_000_003  # held-out examples: a generator no training step uses
 
@@ -137,7 +137,7 @@ def write_capacity_result(run_dir: Path, cfg: DictConfig, model: MemoryModel,
         "train_steps": int(cfg.train.steps),
         "train_tokens": int(cfg.train.steps) * int(cfg.train.batch_size) * segments * mcfg.segment_len,
         "train_tokens_per_s": sum(tps) / len(tps) if tps else None, "peak_rss_mb": peak_rss_mb(),
-        "gates": gate_values(model),
+        **precision_columns(cfg, model), "gates": gate_values(model),
     }
     tmp = run_dir / "result.json.tmp"
     tmp.write_text(json.dumps(row, indent=1))

@@ -20,6 +20,7 @@ from memzoo.core.plugins import get_memory, registered
 from memzoo.core.precision import PRECISIONS
 from memzoo.core.resources import resource_dir
 from memzoo.data.tasks import check_task
+from memzoo.running.tracking import TRACKERS
 
 
 def memory_config(name: str, options: Any) -> Any:
@@ -73,6 +74,8 @@ def resolve(cfg: DictConfig) -> DictConfig:
         raise ConfigError(
             f"train.precision={cfg.train.precision!r}; expected fp32, bf16 or auto (fp16 would need loss scaling; use bf16)"
         )
+    if cfg.log.tracker not in TRACKERS:
+        raise ConfigError(f"log.tracker={cfg.log.tracker!r}; expected one of {', '.join(TRACKERS)}")
     if cfg.model.init_streams not in INIT_STREAMS:
         raise ConfigError(f"model.init_streams={cfg.model.init_streams!r}; expected one of {', '.join(INIT_STREAMS)}")
     if cfg.model.init not in ("small", "torch"):

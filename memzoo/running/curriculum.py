@@ -27,6 +27,7 @@ from memzoo.running.configure import resolve, saved_run_config
 
 # Keys that change neither the weights nor the results: a change in them does not make a stage stale.
 BOOKKEEPING = ("train.threads", "train.checkpoint_every", "train.log_every")
+BOOKKEEPING_SECTIONS = ("log",)  # where metrics go (log.tracker, its project and group)
 
 
 def stage_overrides(finetune: Any) -> list[Any]:
@@ -69,6 +70,8 @@ def _comparable(cfg: DictConfig) -> dict[str, Any]:
     for key in BOOKKEEPING:
         section, leaf = key.split(".")
         out.get(section, {}).pop(leaf, None)
+    for section in BOOKKEEPING_SECTIONS:
+        out.pop(section, None)
     return out
 
 

@@ -21,7 +21,7 @@ from memzoo.core.losses import LN2, token_nll
 from memzoo.core.memory import state_bytes, state_numbers
 from memzoo.core.model import MemoryModel
 from memzoo.core.plugins import get_memory
-from memzoo.core.precision import autocast_context
+from memzoo.core.precision import autocast_context, precision_choice
 from memzoo.data.corpus import load_documents, split_documents, stream_documents
 from memzoo.running.configure import memory_config
 
@@ -143,6 +143,12 @@ def gate_values(model: MemoryModel) -> dict[str, list[float]]:
     return out
 
 
+def precision_columns(cfg: DictConfig, model: MemoryModel) -> dict[str, str]:
+    """The precision train.precision resolved to on the model's device, and why (a result row's columns)."""
+    choice = precision_choice(cfg.train.precision, next(model.parameters()).device)
+    return {"precision": choice.precision, "precision_reason": choice.reason}
+
+
 def _train_tokens(cfg: DictConfig) -> int:
     """Input bytes the run trained on: windows of the corpus, or (task runs) the expected length
     of the examples, one of task.lengths drawn uniformly per step."""
@@ -186,6 +192,7 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
         "train_steps": int(cfg.train.steps),
         "train_tokens": _train_tokens(cfg),
         "task": cfg.task.name,
+        **precision_columns(cfg, model),
         "gates": gate_values(model),
     }
     # Merge into an existing row: evaluating another split adds its columns and loses none.

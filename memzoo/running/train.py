@@ -1,13 +1,13 @@
 """Training: AdamW with warm-up and cosine decay, truncated BPTT over the segment state, bf16
 autocast option, checkpoints every K steps and on interruption, exact resume.
 
-A run folder holds `config.yaml` (resolved), `metrics.jsonl` (one JSON object per logged step),
-`checkpoint.pt` (model, optimiser, step, RNG; loadable with weights_only=True) and, at the end,
-`eval-valid.json` and `result.json`.
+A run folder holds `config.yaml` (resolved), `metrics.jsonl` (one JSON object per logged step,
+written through memzoo.running.tracking beside the optional TensorBoard or W&B tracker of
+`log.tracker`), `checkpoint.pt` (model, optimiser, step, RNG; loadable with weights_only=True) and,
+at the end, `eval-valid.json` and `result.json`.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -26,8 +26,9 @@ from memzoo.running import distributed as dist
 from memzoo.running.capacity import write_capacity_result
 from memzoo.running.checkpoints import load_backbone, load_checkpoint, load_run_weights, save_checkpoint
 from memzoo.running.configure import build_model, pick_device, saved_run_config
-from memzoo.running.evaluate import evaluate_run, write_result
+from memzoo.running.evaluate import evaluate_run, gate_values, precision_columns, write_result
 from memzoo.running.mixing import corpus_batches, mixed_window
+from memzoo.running.tracking import check_tracker, gate_scalars, make_tracker
 from memzoo.running.window import WindowResult, train_window
 
 
@@ -56,23 +57,8 @@ def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
     return lambda step: task_sampler.sample(step, tc.batch_size)
 
 
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop logged rows past the checkpoint a run resumes from (they will be logged again)."""
-    if not path.is_file():
-        return
-    rows = [line for line in path.read_text().splitlines() if line.strip()]
-    kept = [line for line in rows if json.loads(line).get("step", 0) <= step]
-    if len(kept) != len(rows):
-        path.write_text("".join(line + "\n" for line in kept))
-
-
 def run_dir_for(cfg: DictConfig) -> Path:
     return Path(cfg.out_dir) / cfg.name
-
-
-def _log(path: Path, row: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, evaluate_at_end: bool = True,
@@ -84,6 +70,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     DDP (memzoo.running.distributed); only rank 0 writes the run folder.
     """
     tc = cfg.train
+    check_tracker(cfg.log.tracker)  # a missing tensorboard or wandb stops the run before anything is written
     run_dir = Path(run_dir) if run_dir is not None else run_dir_for(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     rank, device = dist.setup(pick_device(tc.device))
@@ -113,7 +100,6 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         optimizer.load_state_dict(ckpt["optimizer"])
         torch.set_rng_state(ckpt["rng"])
         step = int(ckpt["step"])
-        _truncate_metrics(run_dir / "metrics.jsonl", step)
 
     elif cfg.task.init_from and cfg.task.init_backbone_only:
         load_backbone(model, load_run_weights(cfg.task.init_from, device), cfg.task.init_from)
@@ -128,7 +114,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     corpus = None
     if mix > 0:  # (1 - f) x task loss + f x corpus loss (memzoo.running.mixing)
         corpus = corpus_batches(cfg)
-    metrics = run_dir / "metrics.jsonl"
+    tracker = make_tracker(cfg, run_dir, rank, start_step=step)  # metrics.jsonl (rows past `step` dropped) + log.tracker
+    tracker.config({**OmegaConf.to_container(cfg, resolve=True), "resolved": precision_columns(cfg, model)})
     bar = tqdm(total=tc.steps, initial=step, desc=f"train {cfg.name}", disable=not progress or not rank.is_main,
                dynamic_ncols=True)
     model.train()
@@ -172,17 +159,17 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             if rank.is_main:  # the other ranks write nothing
                 if step % tc.log_every == 0 or step == tc.steps:
                     now = time.perf_counter()
-                    row = {"step": step, "train_bpb": bpb, "aux": aux, "lr": lr, "grad_norm": float(grad_norm),
+                    row = {"train_bpb": bpb, "aux": aux, "lr": lr, "grad_norm": float(grad_norm),
                            "tokens_per_s": tokens_since / max(now - t_last, 1e-9)}
                     if answer_n:  # a task's answer bytes alone, whatever task.loss trains on
                         row["answer_bpb"] = answer_sum / answer_n / LN2
-                    _log(metrics, row if lm_bpb is None else {**row, "lm_bpb": lm_bpb})  # train_bpb: the task's
+                    tracker.log(step, row if lm_bpb is None else {**row, "lm_bpb": lm_bpb})  # train_bpb: the task's
                     t_last, tokens_since = now, 0
                 if tc.checkpoint_every and step % tc.checkpoint_every == 0:
                     save_checkpoint(run_dir, model, optimizer, step)
                 if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps:
                     ev = evaluate_run(cfg, model, progress=False)
-                    _log(metrics, {"step": step, "valid_bpb": ev["bpb"]})
+                    tracker.log(step, {"valid_bpb": ev["bpb"]})
                     model.train()
             if on_step is not None:
                 on_step(step)
@@ -191,15 +178,31 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         # inside optimizer.step() is not saved; the previous checkpoint stands).
         if step > 0 and not in_update and rank.is_main:
             save_checkpoint(run_dir, model, optimizer, step, rng=rng_at_step_start)
+        tracker.close()
         raise
     finally:
         bar.close()
-    if rank.is_main:
-        save_checkpoint(run_dir, model, optimizer, step)
-        if evaluate_at_end and cfg.task.name == "recall" and cfg.task.gap_segments:
-            write_capacity_result(run_dir, cfg, model)  # recall across segments is scored by recall, not bpb
-        elif evaluate_at_end:
-            result = evaluate_run(cfg, model, progress=progress)
-            write_result(run_dir, cfg, model, result)
+    try:
+        if rank.is_main:
+            save_checkpoint(run_dir, model, optimizer, step)
+            if evaluate_at_end and cfg.task.name == "recall" and cfg.task.gap_segments:
+                row = write_capacity_result(run_dir, cfg, model)  # recall across segments is scored by recall, not bpb
+            elif evaluate_at_end:
+                row = write_result(run_dir, cfg, model, evaluate_run(cfg, model, progress=progress))
+            else:
+                row = {"gates": gate_values(model)}
+            tracker.summary(step, summary_scalars(row))
+    finally:
+        tracker.close()
     dist.teardown(rank)
     return run_dir
+
+
+SUMMARY_KEYS = ("valid_bpb", "test_bpb", "train_bpb", "recall_accuracy", "recall_accuracy_reset", "recall_accuracy_within")
+
+
+def summary_scalars(row: dict[str, Any]) -> dict[str, float]:
+    """The end-of-run numbers a tracker gets from the result row: the evaluated split's bits per byte
+    (or recall accuracy), and the per-head gates."""
+    out = {k: float(row[k]) for k in SUMMARY_KEYS if isinstance(row.get(k), (int, float))}
+    return {**out, **gate_scalars(row.get("gates") or {})}

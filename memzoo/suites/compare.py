@@ -28,6 +28,7 @@ from memzoo.core.config import ConfigError, RunConfig, _merge_checked, preset_pa
 from memzoo.running.configure import load_config, resolve
 from memzoo.running.curriculum import config_matches, finetune_chain, finished, prepare_stage
 from memzoo.running.diagnostics import stage_columns
+from memzoo.running.tracking import check_tracker
 
 
 @dataclass
@@ -230,6 +231,8 @@ def expand(suite: DictConfig) -> list[RunSpec]:
                 cfg.methods = {}
                 cfg.seed, cfg.name, cfg.out_dir = int(seed), name, str(root / "runs")
                 cfg = resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=f"suite run {name}"))
+                if cfg.log.group is None:  # a tracker shows the suite's runs together, each under its run name
+                    cfg.log.group = str(suite.name)
                 if suite.token_budget:
                     per_step = cfg.train.batch_size * cfg.train.window_segments * cfg.model.segment_len
                     cfg.train.steps = max(1, int(suite.token_budget) // per_step)
@@ -263,6 +266,8 @@ def backbone_specs(suite: DictConfig) -> list[RunSpec]:
         cfg = OmegaConf.merge(base, suite.run or {}, suite.backbone)
         cfg.seed, cfg.name, cfg.out_dir = int(seed), backbone_name(seed), str(root / "runs")
         cfg = resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where="suite backbone"))
+        if cfg.log.group is None:
+            cfg.log.group = str(suite.name)
         if cfg.task.name != "lm":
             raise ConfigError(f"suite.backbone trains a language model; got task.name={cfg.task.name!r}")
         specs.append(RunSpec(cfg.name, str(cfg.memory.name), int(seed), cfg, {}))
@@ -445,6 +450,8 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
     root = suite_dir(suite)
     root.mkdir(parents=True, exist_ok=True)
     specs = expand(suite)
+    for tracker in sorted({str(c.log.tracker) for s in specs for c in s.chain}):
+        check_tracker(tracker)  # a missing tensorboard or wandb fails here, before any run starts
     counts = parameter_counts(specs)
     spread = check_parameter_spread_by_width(specs, counts, suite.max_param_spread)
     (root / "suite.yaml").write_text(OmegaConf.to_yaml(suite))
