@@ -237,6 +237,7 @@ def resolve_interpolations(cfg: DictConfig, where: str = "") -> DictConfig:
 
 
 def _shape(node: Any) -> str:
+    """What a config node is, in words: a section, a list or a value."""
     return "a section" if isinstance(node, (DictConfig, dict)) else "a list" if isinstance(node, (ListConfig, list)) else "a value"
 
 
@@ -290,6 +291,7 @@ def _merge_checked(schema: Any, *layers: Any, where: str) -> DictConfig:
 
 
 def _number(v: Any) -> bool:
+    """A finite int or float (not a bool)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
