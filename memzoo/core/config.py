@@ -6,11 +6,13 @@ own config dataclass, the task's layout) sit above both, in memzoo.running.confi
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from omegaconf import DictConfig, OmegaConf
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from memzoo.core.resources import resource_dir
@@ -190,22 +192,146 @@ def _load_yaml_chain(path: Path) -> DictConfig:
 
 
 def _parse_overrides(overrides: list[str]) -> DictConfig:
+    """`key=value` items as one config; a malformed item (no `=`, an empty key part, a value YAML cannot
+    read, such as an unclosed quote or bracket, sub-keys of another item's list) is an error naming it."""
     for item in overrides:
-        if "=" not in item:
+        key, eq, _ = item.partition("=")
+        if not eq:
             raise ConfigError(f"override {item!r} is not of the form key=value")
+        if not all(part.strip() for part in key.split(".")):
+            raise ConfigError(f"override {item!r}: {key!r} is not a dotted key such as train.steps")
     try:
         return OmegaConf.from_dotlist(list(overrides))
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError) as err:
+        raise _override_error(list(overrides), err) from None
+
+
+def _override_error(overrides: list[str], err: BaseException) -> ConfigError:
+    """The ConfigError for overrides that failed to parse together: the first item that fails alone
+    (its value), else the first that does not fit those before it."""
+    for item in overrides:
+        try:
+            OmegaConf.from_dotlist([item])
+        except (OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError) as alone:
+            value = item.partition("=")[2]
+            return ConfigError(f"override {item!r}: the value {value!r} cannot be read ({str(alone).splitlines()[0]}); "
+                               "quote a string with both quotes, close every bracket")
+    for i, item in enumerate(overrides):
+        try:
+            OmegaConf.from_dotlist(overrides[: i + 1])
+        except (OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError) as clash:
+            return ConfigError(f"override {item!r} does not fit the overrides before it ({str(clash).splitlines()[0]}): "
+                               "sub-keys of a list or of a value")
+    return ConfigError(f"could not parse overrides {overrides}: {str(err).splitlines()[0]}")
+
+
+def resolve_interpolations(cfg: DictConfig, where: str = "") -> DictConfig:
+    """Resolve `${...}` references in place (a value may name another key, e.g. ${train.batch_size});
+    one that names no key, or loops, is an error naming it."""
+    try:
+        OmegaConf.resolve(cfg)
     except OmegaConfBaseException as err:
-        raise ConfigError(f"could not parse overrides {overrides}: {err}") from err
+        key = getattr(err, "full_key", None) or where
+        raise ConfigError(f"bad interpolation at {key!r}: {str(err).splitlines()[0]}") from None
+    return cfg
+
+
+def _shape(node: Any) -> str:
+    """What a config node is, in words: a section, a list or a value."""
+    return "a section" if isinstance(node, (DictConfig, dict)) else "a list" if isinstance(node, (ListConfig, list)) else "a value"
+
+
+def _shape_mismatch(base: Any, layer: Any, prefix: str = "") -> Optional[str]:
+    """The first dotted key where `layer` gives a section, list or value in place of `base`'s other kind
+    (train.betas.x=1: sub-keys of a list; train=3: a value for a section), described; None if none."""
+    if not isinstance(layer, (DictConfig, dict)) or not isinstance(base, (DictConfig, dict)):
+        return None
+    for key in layer.keys():
+        if key not in base:
+            continue
+        old, new = base[key], layer[key]
+        if old is not None and new is not None and _shape(old) != _shape(new):
+            return f"{prefix}{key} is {_shape(old)}, given {_shape(new)} ({new!r})"
+        found = _shape_mismatch(old, new, f"{prefix}{key}.")
+        if found:
+            return found
+    return None
+
+
+def _plain(node: Any) -> Any:
+    """Containers as Python dicts and lists, `${...}` left unresolved (walking must not resolve them)."""
+    return OmegaConf.to_container(node, resolve=False) if isinstance(node, (DictConfig, ListConfig)) else node
+
+
+def _first_mismatch(schema: Any, layers: tuple[Any, ...]) -> Optional[str]:
+    """_shape_mismatch of each layer against the merge of those before it."""
+    merged = schema
+    for layer in layers:
+        found = _shape_mismatch(_plain(merged), _plain(layer))
+        if found:
+            return found
+        try:
+            merged = OmegaConf.merge(merged, layer)
+        except (OmegaConfBaseException, TypeError):
+            return None
+    return None
 
 
 def _merge_checked(schema: Any, *layers: Any, where: str) -> DictConfig:
+    """OmegaConf.merge, with a failure told as a ConfigError naming the key and what it expected."""
     try:
         return OmegaConf.merge(schema, *layers)
-    except OmegaConfBaseException as err:
+    except (OmegaConfBaseException, TypeError) as err:  # TypeError: "Cannot merge incompatible container types"
+        shape = _first_mismatch(schema, layers)
+        if shape:
+            raise ConfigError(f"bad config {where + ': ' if where else ''}{shape}") from None
         key = getattr(err, "full_key", None) or getattr(err, "key", None)
         where_key = f"{where}.{key}" if where and key else (key or where)
-        raise ConfigError(f"bad config key or value at {where_key!r}: {err.msg if hasattr(err, 'msg') else err}") from None
+        raise ConfigError(f"bad config key or value at {where_key!r}: {getattr(err, 'msg', None) or err}") from None
+
+
+def _number(v: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# Numeric keys and the values a run can use: (test, what is expected). NaN and infinities fail every
+# test. The run config's other checks (sizes that must divide, choices of a string, the task) are in
+# memzoo.running.configure.resolve.
+RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "model.vocab_size": (lambda v: v >= 256, "an integer >= 256 (the bytes 0..255 are the tokens)"),
+    "model.mlp_ratio": (lambda v: _number(v) and v > 0, "a number > 0"),
+    "model.rope_base": (lambda v: _number(v) and v > 0, "a number > 0"),
+    "model.dropout": (lambda v: _number(v) and 0 <= v < 1, "a probability in [0, 1)"),
+    "data.min_doc_bytes": (lambda v: v >= 0, "an integer >= 0"),
+    "data.max_docs": (lambda v: v is None or v >= 1, "an integer >= 1, or null for every document"),
+    "train.lr": (lambda v: _number(v) and v > 0, "a learning rate > 0"),
+    "train.min_lr_ratio": (lambda v: _number(v) and 0 <= v <= 1, "a fraction in [0, 1] of train.lr"),
+    "train.warmup_steps": (lambda v: v >= 0, "an integer >= 0"),
+    "train.weight_decay": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "train.betas": (lambda v: len(v) == 2 and all(_number(b) and 0 <= b < 1 for b in v),
+                    "two numbers in [0, 1), e.g. [0.9, 0.95]"),
+    "train.grad_clip": (lambda v: _number(v) and v > 0, "a gradient norm > 0"),
+    "train.threads": (lambda v: v >= 0, "an integer >= 0 (0: torch's default)"),
+    "train.checkpoint_every": (lambda v: v >= 0, "an integer >= 0 (0: only at the end)"),
+    "train.log_every": (lambda v: v >= 1, "an integer >= 1"),
+    "train.eval_every": (lambda v: v >= 0, "an integer >= 0 (0: only at the end)"),
+    "train.aux_loss_weight": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "eval.batch_size": (lambda v: v >= 1, "an integer >= 1"),
+    "eval.max_docs": (lambda v: v >= 0, "an integer >= 0 (0: the whole split)"),
+    "eval.max_segments_per_doc": (lambda v: v >= 1, "an integer >= 1"),
+    "eval.recall_examples": (lambda v: v >= 1, "an integer >= 1"),
+    "eval.split": (lambda v: v in ("train", "valid", "test"), "train, valid or test"),
+}
+
+
+def check_ranges(cfg: DictConfig) -> None:
+    """Raise ConfigError naming the first key of RANGES whose value a run cannot use."""
+    for key, (ok, expected) in RANGES.items():
+        value = OmegaConf.select(cfg, key)
+        plain = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
+        if not ok(plain):
+            raise ConfigError(f"{key}={plain!r}; expected {expected}")
 
 
 def model_config(cfg: DictConfig) -> ModelConfig:

@@ -124,7 +124,7 @@ def split_documents(docs: list[Document], cfg: DataConfig) -> dict[str, list[Doc
     for d in docs:
         out[split_of(d.name, cfg.valid_fraction, cfg.test_fraction)].append(d)
     if len(docs) > 1 and not out["train"]:
-        raise ValueError("no training documents after the split; lower data.valid_fraction/test_fraction")
+        raise ConfigError("no training documents after the split; lower data.valid_fraction/test_fraction")
     if len(docs) == 1:  # a single file: its own train/valid/test by halves is more useful than nothing
         data = docs[0].data
         cut1, cut2 = int(len(data) * 0.9), int(len(data) * 0.95)
@@ -175,7 +175,7 @@ class WindowSampler:
         self.docs = [torch.frombuffer(bytearray(d.data), dtype=torch.uint8).long() for d in docs]
         self.nseg = torch.tensor([num_segments(len(d.data), segment_len) for d in docs], dtype=torch.float64)
         if float(self.nseg.sum()) == 0:
-            raise ValueError(f"no training document is longer than one byte at segment_len={segment_len}")
+            raise ConfigError(f"no training document is longer than one byte at segment_len={segment_len}")
 
     def sample(self, step: int, batch_size: int, window_segments: int) -> Batch:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import torch
 from omegaconf import DictConfig
 
+from memzoo.core.config import ConfigError
 from memzoo.core.model import MemoryModel, is_memory_name
 from memzoo.running.configure import build_model, load_run_config, pick_device
 
@@ -88,11 +89,11 @@ def load_backbone(model: torch.nn.Module, weights: dict[str, torch.Tensor], sour
     backbone = {k: v for k, v in weights.items() if not is_memory_name(k)}
     for name, tensor in own.items():
         if name not in backbone:
-            raise ValueError(f"task.init_from={source!r} has no backbone weight {name!r}: another backbone")
+            raise ConfigError(f"task.init_from={source!r} has no backbone weight {name!r}: another backbone")
         if backbone[name].shape != tensor.shape:
-            raise ValueError(f"task.init_from={source!r}: {name!r} has shape {list(backbone[name].shape)}, "
+            raise ConfigError(f"task.init_from={source!r}: {name!r} has shape {list(backbone[name].shape)}, "
                              f"this model {list(tensor.shape)}: another backbone")
     extra = sorted(set(backbone) - set(own))
     if extra:
-        raise ValueError(f"task.init_from={source!r} holds backbone weights this model lacks: {extra[:3]}")
+        raise ConfigError(f"task.init_from={source!r} holds backbone weights this model lacks: {extra[:3]}")
     model.load_state_dict(backbone, strict=False)

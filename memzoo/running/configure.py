@@ -7,6 +7,7 @@ or a wrong type is an error that names it, wherever it appears.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -14,13 +15,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from memzoo.core.config import (ConfigError, RunConfig, _load_yaml_chain, _merge_checked, _parse_overrides, model_config,
-                                preset_path)
+                                check_ranges, preset_path, resolve_interpolations)
 from memzoo.core.model import INIT_STREAMS, MemoryModel
 from memzoo.core.plugins import get_memory, registered
 from memzoo.core.precision import PRECISIONS
 from memzoo.core.resources import resource_dir
 from memzoo.data.tasks import check_task
-from memzoo.running.tracking import TRACKERS
+from memzoo.running.tracking import TRACKERS, check_log
 
 
 def memory_config(name: str, options: Any) -> Any:
@@ -31,6 +32,9 @@ def memory_config(name: str, options: Any) -> Any:
     schema = OmegaConf.structured(spec.config_cls(**spec.defaults))
     merged = _merge_checked(schema, opts, where=f"memory[{name}]")
     return OmegaConf.to_object(merged)
+
+
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")  # train.device
 
 
 def check_head_width(d_model: int, n_heads: int, head_dim: Optional[int]) -> None:
@@ -49,9 +53,13 @@ def check_head_width(d_model: int, n_heads: int, head_dim: Optional[int]) -> Non
 
 def resolve(cfg: DictConfig) -> DictConfig:
     """Check the memory section against its plugin and derived constraints; returns the full config."""
+    check_ranges(cfg)
     name = cfg.memory.get("name") if isinstance(cfg.memory, DictConfig) else None
     if not name:
         raise ConfigError("memory.name is missing; set it to a registered method (see `memzoo list`)")
+    if not isinstance(name, str):
+        raise ConfigError(f"memory.name={OmegaConf.to_container(name) if isinstance(name, DictConfig) else name!r}; "
+                          f"expected a method's name (registered: {', '.join(registered())})")
     mem = memory_config(name, cfg.memory)
     cfg.memory = OmegaConf.merge({"name": name}, OmegaConf.structured(mem))
     for method, options in (cfg.methods or {}).items():
@@ -74,8 +82,11 @@ def resolve(cfg: DictConfig) -> DictConfig:
         raise ConfigError(
             f"train.precision={cfg.train.precision!r}; expected fp32, bf16 or auto (fp16 would need loss scaling; use bf16)"
         )
+    if not DEVICE.fullmatch(str(cfg.train.device)):
+        raise ConfigError(f"train.device={cfg.train.device!r}; expected auto, cpu, cuda or cuda:INDEX")
     if cfg.log.tracker not in TRACKERS:
         raise ConfigError(f"log.tracker={cfg.log.tracker!r}; expected one of {', '.join(TRACKERS)}")
+    check_log(cfg.log)
     if cfg.model.init_streams not in INIT_STREAMS:
         raise ConfigError(f"model.init_streams={cfg.model.init_streams!r}; expected one of {', '.join(INIT_STREAMS)}")
     if cfg.model.init not in ("small", "torch"):
@@ -114,16 +125,27 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
             layers[0] = OmegaConf.merge(layers[0], {})
             layers[0].memory = {"name": new_name}
     cfg = _merge_checked(schema, *layers, where="")
-    return resolve(cfg)
+    return resolve(resolve_interpolations(cfg))
 
 
 def pick_device(name: str) -> torch.device:
     """The device `train.device` names (auto: CUDA when present); asking for a missing CUDA is an error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device='cuda' but no CUDA device is available; use 'cpu' or 'auto'")
+    if not DEVICE.fullmatch(str(name)):
+        raise ConfigError(f"train.device={name!r}; expected auto, cpu, cuda or cuda:INDEX")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={name!r} but no CUDA device is available; use 'cpu' or 'auto'")
     return torch.device(name)
+
+
+def run_device(cfg: DictConfig) -> torch.device:
+    """The device a run trains on, checked against what the model needs (xformers: CUDA only)."""
+    device = pick_device(cfg.train.device)
+    if cfg.model.attention_backend == "xformers" and device.type != "cuda":
+        raise ConfigError(f"model.attention_backend=xformers needs a CUDA device (xformers has no CPU kernels) and "
+                          f"train.device={cfg.train.device!r} gives {device.type}; use model.attention_backend=sdpa or auto")
+    return device
 
 
 def build_model(cfg: DictConfig) -> MemoryModel:

@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from memzoo.core.config import model_config
+from memzoo.core.config import ConfigError, model_config
 from memzoo.core.losses import LN2, token_nll
 from memzoo.core.memory import state_bytes, state_numbers
 from memzoo.core.model import MemoryModel
@@ -102,7 +102,7 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
 def split_docs(cfg: DictConfig, split: str) -> list:
     docs = split_documents(load_documents(cfg.data), cfg.data)[split]
     if not docs:
-        raise ValueError(
+        raise ConfigError(
             f"the {split!r} split of data.source={cfg.data.source!r} has no document; add documents or raise "
             f"data.{split}_fraction (the split is by a hash of each document's name)"
         )

@@ -47,6 +47,19 @@ def _missing(tracker: str, err: Optional[BaseException] = None) -> ConfigError:
                        f"pip install 'memzoo[{extra}]' (or set log.tracker=none)")
 
 
+WANDB_FORBIDDEN = "/\\#?%:"  # characters W&B refuses in a project name
+
+
+def check_log(log: DictConfig) -> None:
+    """The log section's values W&B would refuse: a project name of 1..128 characters without
+    / \\ # ? % :, a group of at most 128."""
+    project, group = log.project, log.group
+    if not isinstance(project, str) or not 0 < len(project) <= 128 or any(c in project for c in WANDB_FORBIDDEN):
+        raise ConfigError(f"log.project={project!r}; expected 1 to 128 characters, none of {' '.join(WANDB_FORBIDDEN)}")
+    if group is not None and (not isinstance(group, str) or len(group) > 128):
+        raise ConfigError(f"log.group={group!r}; expected at most 128 characters, or null")
+
+
 def check_tracker(tracker: str) -> None:
     """Raise ConfigError if `tracker` is unknown or its package is missing (without importing it:
     suites check before starting any run)."""
@@ -138,8 +151,12 @@ class WandbTracker:
             run_id = secrets.token_hex(6)  # W&B ids: lowercase letters and digits
             id_file.write_text(run_id + "\n")
         where = None if os.environ.get("WANDB_DIR") else str(run_dir)
-        self.run = self.wandb.init(project=cfg.log.project, name=str(cfg.name), group=cfg.log.group, id=run_id,
-                                   resume="allow", dir=where)
+        try:
+            self.run = self.wandb.init(project=cfg.log.project, name=str(cfg.name), group=cfg.log.group, id=run_id,
+                                       resume="allow", dir=where)
+        except Exception as err:  # wandb.errors.*: not logged in, no network, a name W&B refuses
+            raise ConfigError(f"log.tracker=wandb: wandb.init failed ({type(err).__name__}: {str(err).splitlines()[0]}); "
+                              "log in (`wandb login`), or run offline with WANDB_MODE=offline") from None
 
     def config(self, values: dict[str, Any]) -> None:
         self.run.config.update(values, allow_val_change=True)

@@ -17,7 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from memzoo.core.config import TrainConfig, to_yaml
+from memzoo.core.config import ConfigError, TrainConfig, to_yaml
 from memzoo.core.losses import LN2
 from memzoo.core.model import MemoryModel
 from memzoo.data.corpus import Batch, WindowSampler, load_documents, split_documents
@@ -25,7 +25,7 @@ from memzoo.data.tasks import TaskSampler
 from memzoo.running import distributed as dist
 from memzoo.running.capacity import write_capacity_result
 from memzoo.running.checkpoints import load_backbone, load_checkpoint, load_run_weights, save_checkpoint
-from memzoo.running.configure import build_model, pick_device, saved_run_config
+from memzoo.running.configure import build_model, run_device, saved_run_config
 from memzoo.running.evaluate import evaluate_run, gate_values, precision_columns, write_result
 from memzoo.running.mixing import corpus_batches, mixed_window
 from memzoo.running.tracking import check_tracker, gate_scalars, make_tracker
@@ -70,10 +70,12 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     DDP (memzoo.running.distributed); only rank 0 writes the run folder.
     """
     tc = cfg.train
-    check_tracker(cfg.log.tracker)  # a missing tensorboard or wandb stops the run before anything is written
+    # a missing tensorboard or wandb, or a device the run cannot use, stops it before anything is written
+    check_tracker(cfg.log.tracker)
+    device = run_device(cfg)
     run_dir = Path(run_dir) if run_dir is not None else run_dir_for(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    rank, device = dist.setup(pick_device(tc.device))
+    rank, device = dist.setup(device)
     if tc.threads:
         torch.set_num_threads(tc.threads)
     ckpt_path = run_dir / "checkpoint.pt"
@@ -85,7 +87,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         cfg.model.init_streams = saved.model.init_streams
         if OmegaConf.to_container(OmegaConf.masked_copy(saved, ["model", "memory"]), resolve=True) != \
                 OmegaConf.to_container(OmegaConf.masked_copy(cfg, ["model", "memory"]), resolve=True):
-            raise ValueError(f"{run_dir} holds a run with a different model or memory config; use another name or out_dir")
+            raise ConfigError(f"{run_dir} holds a run with a different model or memory config; use another name or out_dir")
     dist.barrier(rank)  # every rank has read the folder before rank 0 writes to it
     if rank.is_main:
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
@@ -107,7 +109,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         try:
             model.load_state_dict(load_run_weights(cfg.task.init_from, device))
         except RuntimeError as err:
-            raise ValueError(f"task.init_from={cfg.task.init_from!r} holds weights of another model or memory config: "
+            raise ConfigError(f"task.init_from={cfg.task.init_from!r} holds weights of another model or memory config: "
                              f"{str(err).splitlines()[0]}") from None
     sample = batch_source(cfg)
     mix = float(cfg.task.lm_fraction)

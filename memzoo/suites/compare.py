@@ -24,7 +24,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from memzoo.core.config import ConfigError, RunConfig, _merge_checked, preset_path, to_yaml
+from memzoo.core.config import ConfigError, RunConfig, _merge_checked, _parse_overrides, preset_path, to_yaml
 from memzoo.running.configure import load_config, resolve
 from memzoo.running.curriculum import config_matches, finetune_chain, finished, prepare_stage
 from memzoo.running.diagnostics import stage_columns
@@ -104,10 +104,7 @@ def load_suite(name_or_path: Optional[str] = "quick", overrides: Optional[list[s
         path = preset_path(f"suites/{name_or_path or 'quick'}")
     layers: list[Any] = [OmegaConf.load(path)]
     if overrides:
-        for item in overrides:
-            if "=" not in item:
-                raise ConfigError(f"override {item!r} is not of the form key=value")
-        layers.append(OmegaConf.from_dotlist(list(overrides)))
+        layers.append(_parse_overrides(list(overrides)))
     suite = _merge_checked(schema, *layers, where="suite")
     if suite.jobs < 1:
         raise ConfigError(f"suite.jobs={suite.jobs}; expected >= 1")
