@@ -305,7 +305,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model.dropout": (lambda v: _number(v) and 0 <= v < 1, "a probability in [0, 1)"),
     "data.min_doc_bytes": (lambda v: v >= 0, "an integer >= 0"),
     "data.max_docs": (lambda v: v is None or v >= 1, "an integer >= 1, or null for every document"),
-    "train.lr": (lambda v: _number(v) and v > 0, "a learning rate > 0"),
+    "train.lr": (lambda v: _number(v) and v >= 0, "a finite learning rate >= 0 (0 trains nothing: a run that only evaluates its initialisation)"),
     "train.min_lr_ratio": (lambda v: _number(v) and 0 <= v <= 1, "a fraction in [0, 1] of train.lr"),
     "train.warmup_steps": (lambda v: v >= 0, "an integer >= 0"),
     "train.weight_decay": (lambda v: _number(v) and v >= 0, "a number >= 0"),
