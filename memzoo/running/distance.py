@@ -2,13 +2,16 @@
 suite's gap curriculum) evaluated with its answers exactly G segments before its queries, for gaps
 far past those it was trained on.
 
-Per gap G: `trials` examples of the run's own layout (memzoo.data.tasks.segment_recall_batch at the
-fixed gap G: its pairs, local queries, alphabet and rewrites as trained). The pairs open segment 0,
-the R rewrites fill segments 1..R, filler fills the G - 1 segments after the last write, and the
-queries open segment R + G: every scored answer was written exactly G segments before its query.
-Everything before the queries' segment is streamed through the state (StreamingDecoder: the live
-activations are `segments_per_call` segments, whatever G), then the queries' segment is fed for
-its logits. The same examples are streamed twice in one batch: as they are, and with the state
+The examples: `trials` of the run's own layout (memzoo.data.tasks.segment_recall_batch: its pairs,
+local queries, alphabet and rewrites as trained), the same for every gap and every run (they depend
+on `seed` alone). The pairs open segment 0, the R rewrites fill segments 1..R, filler follows. At
+gap G the queries' segment is segment R + G: every scored answer was written exactly G segments
+before its query (`gap_tokens` gives the examples at G). One stream serves every gap: the examples
+of the longest gap are fed segment by segment through the state (StreamingDecoder: the live
+activations are `segments_per_call` segments, whatever G), and at segment R + G the queries'
+segment is read from the state without committing it (a probe), so the stream goes on as if no
+query had been asked: the same computation as streaming the examples at G alone, for the cost of
+the longest gap. The same examples are streamed twice in one batch: as they are, and with the state
 reset right after the last write (the pairs' segment, or the last rewrite's): the reset ablation,
 where accuracy must fall to `recall_chance` if the memory carried the answers.
 
@@ -19,9 +22,10 @@ rewrites, `recall_stale` (an earlier value of the key) and `recall_stale_chance`
 bootstrap's units), throughput and the process's peak resident memory.
 
 Rows are kept in RUN_DIR/distance.json and in the run's result.json under "distance", written
-after every gap; a gap already measured with these settings and weights is skipped. A gap past its
-time or memory budget gives rows with status "out of budget: ..." and no accuracy, and the longer
-gaps are then not tried (each costs more than the one before).
+as the stream reaches each gap; a gap already measured with these settings and weights is not
+measured again (the stream runs to the longest gap still missing). A stream past its time or memory
+budget gives the gaps it did not reach rows with status "out of budget: ..." and no accuracy; a
+later evaluation under the same budget does not try them again.
 """
 from __future__ import annotations
 
@@ -29,22 +33,24 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
+from torch import Tensor
 
 from memzoo.core.model import MemoryModel
-from memzoo.data.tasks import SegmentRecallExample, recall_chance, segment_recall_batch
+from memzoo.data.tasks import SegmentRecallBatch, SegmentRecallExample, recall_chance, segment_recall_batch
 from memzoo.running.capacity import accuracy, hits_by_example, rewrite_metrics
 from memzoo.running.checkpoints import load_trained
 from memzoo.running.configure import load_run_config
 from memzoo.running.evaluate import peak_rss_mb
 from memzoo.running.generate import StreamingDecoder
-from memzoo.running.longrange import (OutOfBudget, _Meter, _atomic_json, _merge_into_result, _stream, total_memory_mb,
-                                      weights_id)
+from memzoo.running.longrange import (OutOfBudget, _Meter, _atomic_json, _merge_into_result, _stream, reusable,
+                                      total_memory_mb, weights_id)
 from memzoo.running.recall_stream import training_layout
 
 DEFAULT_GAPS = [1, 2, 4, 8, 16, 64, 256, 1024, 4096]
+EXAMPLES_STREAM = 24  # the examples' generator: seed x 1,000,003 + this (no other evaluation draws from it)
 
 
 @dataclass
@@ -57,7 +63,7 @@ class DistanceConfig:
     seed: int = 0
     reset: bool = True  # also the reset ablation, on the same examples in the same batch
     segments_per_call: int = 64  # segments per model call while streaming (bounds the live activations)
-    time_limit_s: Optional[float] = 900.0  # per gap; None = no limit
+    time_limit_s: Optional[float] = 900.0  # the whole stream (every gap); None = no limit
     memory_limit_mb: Optional[float] = None  # resident memory; None = 60% of physical memory
     threads: int = 0  # torch threads; 0 = torch's default
 
@@ -80,11 +86,23 @@ class DistanceConfig:
         return {"time_limit_s": self.time_limit_s, "memory_limit_mb": self.memory_limit_mb or round(0.6 * total_memory_mb())}
 
 
-def distance_batch(layout: dict[str, int], gap: int, trials: int, segment_len: int, seed: int):
-    """The examples of one gap: the run's layout at the fixed gap, deterministic in (seed, gap)."""
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + gap)
+def distance_batch(layout: dict[str, int], gap: int, trials: int, segment_len: int, seed: int) -> SegmentRecallBatch:
+    """The examples of an evaluation whose longest gap is `gap`: the run's layout at that fixed gap,
+    deterministic in `seed` alone, so every gap and every run sees the same pairs and queries."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + EXAMPLES_STREAM)
     return segment_recall_batch(gen, trials, segment_len, layout["pairs"], layout["queries"], gap,
                                 layout["local_queries"], layout["alphabet"], rewrites=layout["rewrites"])
+
+
+def gap_tokens(batch: SegmentRecallBatch, gap: int, segment_len: int) -> Tensor:
+    """[B, (R + gap + 1) N]: the examples at `gap` that a stream probed there reads: the batch's
+    writes and the filler after them up to segment R + gap - 1, then its queries' segment."""
+    last_write = int(batch.pairs_segment.max()) + batch.rewrites
+    longest = batch.query_segment - last_write
+    if not 1 <= gap <= longest or bool((batch.pairs_segment != batch.pairs_segment[0]).any()):
+        raise ValueError(f"distance gap={gap}; expected 1..{longest} (the batch's longest gap) in a batch of one layout")
+    last = batch.query_segment * segment_len  # the queries' segment of the longest gap
+    return torch.cat((batch.tokens[:, : (last_write + gap) * segment_len], batch.tokens[:, last:]), 1)
 
 
 def recall_scores(predicted: list[list[int]], examples: list[SegmentRecallExample]) -> dict[str, Any]:
@@ -97,43 +115,45 @@ def recall_scores(predicted: list[list[int]], examples: list[SegmentRecallExampl
             "recall_queries_by_example": [len(e.scored_positions) for e in examples]}
 
 
-def gap_rows(model: MemoryModel, gap: int, cfg: DistanceConfig, layout: dict[str, int], meter: _Meter,
-             precision: str = "fp32", progress: bool = False) -> list[dict[str, Any]]:
-    """The rows of one gap: plain (and reset, with cfg.reset), streamed as one batch."""
+def stream_gaps(model: MemoryModel, gaps: list[int], cfg: DistanceConfig, layout: dict[str, int], meter: _Meter,
+                precision: str = "fp32", progress: bool = False) -> Iterator[list[dict[str, Any]]]:
+    """The rows of every gap, shortest first, from one stream: the examples of the longest gap fed
+    segment by segment, and at segment R + G the queries' segment read from the state without
+    committing it (StreamingDecoder.peek), so the stream goes on as if no query had been asked. The
+    reset arm's rows (cfg.reset) are the same examples, their state reset after the last write, in
+    the same batch. Yields each gap's rows as soon as the stream reaches it; raises OutOfBudget."""
     n = model.cfg.segment_len
-    batch = distance_batch(layout, gap, cfg.trials, n, cfg.seed)
+    gaps = sorted(set(gaps))
+    batch = distance_batch(layout, gaps[-1], cfg.trials, n, cfg.seed)
     examples = [batch.example(row) for row in range(cfg.trials)]
     arms = [False, True] if cfg.reset else [False]
-    data = batch.tokens.to(torch.uint8).repeat(len(arms), 1)  # [A B, (R + G + 1) N]: plain rows, then reset rows
+    data = batch.tokens.to(torch.uint8).repeat(len(arms), 1)  # [A B, (R + G_max + 1) N]: plain rows, then reset rows
+    query = data[:, batch.query_segment * n :].long()  # [A B, N]: the queries' segment
     decoder = StreamingDecoder(model, data.shape[0], cfg.segments_per_call, precision)
     last_write = int(batch.pairs_segment[0]) + layout["rewrites"]  # the pairs open segment 0
     decoder.reset_at = torch.tensor([last_write + 1 if reset else -1 for reset in arms for _ in examples])  # [A B]
-    query = batch.query_segment * n  # the queries' segment's first byte
-    seconds = _stream(decoder, data[:, :query], meter, f"distance {gap:,}", progress)
-    logits = decoder.feed(data[:, query:].long(), return_logits=True)  # [A B, N, V]: the queries' segment
-    rows = []
-    for a, reset in enumerate(arms):
-        predicted = [logits[a * len(examples) + i, [p - query for p in e.scored_positions]].argmax(-1).cpu().tolist()
-                     for i, e in enumerate(examples)]
-        rows.append({"gap_segments": gap, "reset_after_pairs": reset, "status": "ok",
-                     **recall_scores(predicted, examples), "tokens": data.shape[1], "seconds": seconds,
-                     "tokens_per_s": data.numel() / max(seconds, 1e-9)})
-    return rows
-
-
-def _reusable(row: dict[str, Any], cfg: DistanceConfig, weights: str) -> bool:
-    """Measured with these settings and weights, and not out of a budget smaller than this one."""
-    if row.get("weights") != weights or any(row.get(k) != v for k, v in cfg.settings().items()):
-        return False
-    if row.get("status") == "ok":
-        return True
-    inf = float("inf")
-    return all((row.get(k) or inf) >= (v or inf) for k, v in cfg.budget().items())
+    total, done, seconds = batch.query_segment * n, 0, 0.0
+    offsets = [[p - batch.query_segment * n for p in e.scored_positions] for e in examples]
+    for gap in gaps:
+        stop = (last_write + gap) * n  # the segments before the queries' segment at this gap
+        seconds += _stream(decoder, data[:, done:stop], meter, f"distance {gap:,}", progress, offset=done, total=total)
+        done = stop
+        start = time.perf_counter()
+        logits = decoder.peek(query)  # [A B, N, V]
+        seconds += time.perf_counter() - start
+        rows = []
+        for a, reset in enumerate(arms):
+            predicted = [logits[a * len(examples) + i, offsets[i]].argmax(-1).cpu().tolist() for i in range(len(examples))]
+            rows.append({"gap_segments": gap, "reset_after_pairs": reset, "status": "ok",
+                         **recall_scores(predicted, examples), "tokens": stop + n, "seconds": seconds,
+                         "tokens_per_s": data.shape[0] * (stop + n) / max(seconds, 1e-9)})
+        yield rows
 
 
 def _done(rows: list[dict[str, Any]], gap: int, cfg: DistanceConfig, weights: str) -> bool:
+    """Reusable rows of this gap are there for every arm (plain, and reset with cfg.reset)."""
     want = {False, True} if cfg.reset else {False}
-    return want <= {r["reset_after_pairs"] for r in rows if r["gap_segments"] == gap and _reusable(r, cfg, weights)}
+    return want <= {r["reset_after_pairs"] for r in rows if r["gap_segments"] == gap and reusable(r, cfg, weights)}
 
 
 def evaluate_distance(run_dir: str | Path, cfg: DistanceConfig, resume: bool = True, progress: bool = True,
@@ -154,30 +174,33 @@ def evaluate_distance(run_dir: str | Path, cfg: DistanceConfig, resume: bool = T
     kept: list[dict[str, Any]] = json.loads(store.read_text()) if store.is_file() else []
     base = {"method": str(run_cfg.memory.name), "weights": weights, **layout, **cfg.settings(), **cfg.budget(),
             "trained_gap": int(run_cfg.task.gap_segments)}
-    ran_out: Optional[int] = None
-    for gap in sorted(set(cfg.gaps)):
-        if resume and _done(kept, gap, cfg, weights):
-            if ran_out is None and any(r["gap_segments"] == gap and r["status"] != "ok" for r in kept):
-                ran_out = gap  # out of budget before: the longer gaps would be too
-            continue
-        meter = _Meter(cfg)
-        if ran_out is not None:
-            rows = [{"gap_segments": gap, "reset_after_pairs": reset, "status": f"out of budget: gap {ran_out} ran out",
-                     "recall_accuracy": None} for reset in ([False, True] if cfg.reset else [False])]
-        else:
-            start = time.perf_counter()
-            try:
-                rows = gap_rows(model, gap, cfg, layout, meter, run_cfg.train.precision, progress)
-            except OutOfBudget as err:
-                ran_out = gap
-                rows = [{"gap_segments": gap, "reset_after_pairs": reset, "status": f"out of budget: {err}",
-                         "recall_accuracy": None, "seconds": time.perf_counter() - start}
-                        for reset in ([False, True] if cfg.reset else [False])]
+    arms = [False, True] if cfg.reset else [False]
+
+    def keep(rows: list[dict[str, Any]]) -> None:
+        nonlocal kept
         rows = [{**base, **r, "peak_rss_mb": peak_rss_mb()} for r in rows]
         keys = {(r["gap_segments"], r["reset_after_pairs"]) for r in rows}
-        kept = [r for r in kept if (r["gap_segments"], r["reset_after_pairs"]) not in keys] + rows
-        kept.sort(key=lambda r: (r["gap_segments"], r["reset_after_pairs"]))
+        kept = sorted([r for r in kept if (r["gap_segments"], r["reset_after_pairs"]) not in keys] + rows,
+                      key=lambda r: (r["gap_segments"], r["reset_after_pairs"]))
         _atomic_json(store, kept)
         _merge_into_result(run_dir, "distance", kept)
+
+    todo = [g for g in sorted(set(cfg.gaps)) if not (resume and _done(kept, g, cfg, weights))]
+    ran_out = [g for g in sorted(set(cfg.gaps)) if g not in todo and any(
+        r["gap_segments"] == g and r["status"] != "ok" and reusable(r, cfg, weights) for r in kept)]
+    if ran_out:  # out of budget before: the longer gaps need the same stream and more
+        keep([{"gap_segments": g, "reset_after_pairs": a, "status": f"out of budget: gap {ran_out[0]} ran out",
+               "recall_accuracy": None} for g in todo if g > ran_out[0] for a in arms])
+        todo = [g for g in todo if g < ran_out[0]]
+    if todo:
+        meter = _Meter(cfg, project=False)  # every gap reached is kept: run to the limit, not to a projection
+        reached: list[int] = []
+        try:
+            for rows in stream_gaps(model, todo, cfg, layout, meter, run_cfg.train.precision, progress):
+                reached.append(rows[0]["gap_segments"])
+                keep(rows)
+        except OutOfBudget as err:
+            keep([{"gap_segments": g, "reset_after_pairs": a, "status": f"out of budget: {err}", "recall_accuracy": None}
+                  for g in todo if g not in reached for a in arms])
     wanted = set(cfg.gaps)
-    return [r for r in kept if r["gap_segments"] in wanted and _reusable(r, cfg, weights)]
+    return [r for r in kept if r["gap_segments"] in wanted and reusable(r, cfg, weights)]
