@@ -14,12 +14,13 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-import memzoo.running.train
+from conftest import Killed, spy_train
 from memzoo.core.config import ModelConfig
 from memzoo.data.tasks import KEY_BASE, VALUE_BASE, segment_recall_batch, stale_chance
 from memzoo.running.checkpoints import load_checkpoint
 from memzoo.running.curriculum import config_hash
-from memzoo.running.distance import DEFAULT_GAPS, DistanceConfig, distance_batch, gap_rows
+import memzoo.running.distance
+from memzoo.running.distance import DEFAULT_GAPS, DistanceConfig, distance_batch, evaluate_distance, gap_tokens, stream_gaps
 from memzoo.running.longrange import _Meter
 from memzoo.running.reach import max_reach_segments, reach_segments
 from memzoo.suites.compare import (_worker, _worker_args, check_parameter_spread_by_width, expand, load_suite,
@@ -61,19 +62,25 @@ class StateOracle(nn.Module):
                         written = [w for w in written if w[1] == now - self.exact_gap]
                     if written and KEY_BASE <= tok < VALUE_BASE:
                         logits[row, seg, i, written[-1 if self.keep == "latest" else 0][0]] = 1.0
-                new = dict(rows[row])  # the segment's pairs join the state after the segment
+                new = dict(rows[row])  # the segment's pairs join the state after the segment, once each
                 for i in range(0, n - 1):
-                    if KEY_BASE <= flat[i] < VALUE_BASE <= flat[i + 1]:
-                        if not new.get(flat[i]) or new[flat[i]][-1][0] != flat[i + 1]:
-                            new[flat[i]] = [*new.get(flat[i], []), (flat[i + 1], now)]
+                    if KEY_BASE <= flat[i] < VALUE_BASE <= flat[i + 1] and (flat[i + 1], now) not in new.get(flat[i], []):
+                        new[flat[i]] = [*new.get(flat[i], []), (flat[i + 1], now)]
                 rows[row] = new
         return SimpleNamespace(logits=logits, state={"segment": state["segment"] + s, "rows": rows})
 
 
+def _streamed(model: nn.Module, gaps: list[int], rewrites: int = 0, trials: int = 3) -> dict[tuple[int, bool], dict]:
+    """The distance rows of one stream, by (gap, reset)."""
+    cfg = DistanceConfig(gaps=gaps, trials=trials, segments_per_call=5, time_limit_s=None)
+    layout = {**LAYOUT, "rewrites": rewrites}
+    return {(r["gap_segments"], r["reset_after_pairs"]): r for rows in stream_gaps(model, gaps, cfg, layout, _Meter(cfg))
+            for r in rows}
+
+
 def _rows(model: nn.Module, gap: int, rewrites: int = 0, trials: int = 3) -> dict[bool, dict]:
-    cfg = DistanceConfig(gaps=[gap], trials=trials, segments_per_call=5, time_limit_s=None)
-    rows = gap_rows(model, gap, cfg, {**LAYOUT, "rewrites": rewrites}, _Meter(cfg))
-    return {r["reset_after_pairs"]: r for r in rows}
+    """The rows of one gap, by reset."""
+    return {reset: row for (_, reset), row in _streamed(model, [gap], rewrites, trials).items()}
 
 
 def test_gap_curriculum_rows_draw_their_gap_and_end_with_the_queries() -> None:
@@ -117,22 +124,30 @@ def test_rewrites_give_every_key_new_values_and_the_answer_is_the_latest() -> No
 
 
 def test_the_streamed_evaluation_puts_the_answers_exactly_g_segments_before_the_queries() -> None:
-    """On the generated examples of every gap: the last write is segment R and the queries open
-    segment R + G; streamed: a memory that answers only from values written exactly G segments back
-    scores 1, one that looks G - 1 or G + 1 back scores 0."""
-    for gap in DEFAULT_GAPS:
-        for rewrites in (0, 1):
-            batch = distance_batch({**LAYOUT, "rewrites": rewrites}, gap, 2, N, seed=0)
-            e = batch.example(0)
-            assert (e.pairs_segment, e.query_segment, e.gap) == (0, rewrites + gap, gap)
-            assert all(KEY_BASE <= t for t in e.tokens[rewrites * N : rewrites * N + 16 : 2])  # the last write
-            assert all(t < KEY_BASE for t in e.tokens[(rewrites + 1) * N : e.query_segment * N])  # filler after it
-            assert {p // N for p in e.scored_positions} == {rewrites + gap}
-    for gap in (1, 2, 3, 8, 64, 1024):
-        assert _rows(StateOracle(exact_gap=gap), gap)[False]["recall_accuracy"] == 1.0
-        assert _rows(StateOracle(exact_gap=gap + 1), gap)[False]["recall_accuracy"] == 0.0
-        assert _rows(StateOracle(exact_gap=gap - 1), gap)[False]["recall_accuracy"] == 0.0
-    assert _rows(StateOracle(exact_gap=4), 4, rewrites=1)[False]["recall_accuracy"] == 1.0  # counted from the rewrite
+    """On the generated examples of every gap: the last write is segment R, filler follows, the
+    queries open segment R + G and ask for the last write's values. Streamed, one stream for every
+    gap: a memory that answers only from values written exactly G segments back scores 1 at gap G
+    and 0 at every other (so no probe of a shorter gap was written into the stream)."""
+    for rewrites in (0, 1):
+        batch = distance_batch({**LAYOUT, "rewrites": rewrites}, DEFAULT_GAPS[-1], 2, N, seed=0)
+        e = batch.example(0)
+        offsets = [p - e.query_segment * N for p in e.scored_positions]
+        latest = {e.tokens[rewrites * N + 2 * i]: e.tokens[rewrites * N + 2 * i + 1] for i in range(4)}
+        for gap in DEFAULT_GAPS:
+            seq = bytes(gap_tokens(batch, gap, N)[0].tolist())
+            assert len(seq) == (rewrites + gap + 1) * N
+            assert all(KEY_BASE <= t for t in seq[rewrites * N : rewrites * N + 16 : 2])  # the last write
+            assert all(t < KEY_BASE for t in seq[(rewrites + 1) * N : (rewrites + gap) * N])  # filler after it
+            queries = [(rewrites + gap) * N + o for o in offsets]
+            assert [latest[seq[p]] for p in queries] == [seq[p + 1] for p in queries] == list(e.answers)
+    gaps = [1, 2, 3, 8, 64]
+    for exact in (1, 3, 64):
+        rows = _streamed(StateOracle(exact_gap=exact), gaps, trials=2)
+        assert [rows[g, False]["recall_accuracy"] for g in gaps] == [float(g == exact) for g in gaps]
+    rows = _streamed(StateOracle(exact_gap=1024), [256, 1024], trials=1)
+    assert [rows[g, False]["recall_accuracy"] for g in (256, 1024)] == [0.0, 1.0]
+    rows = _streamed(StateOracle(exact_gap=4), [1, 4, 9], rewrites=1, trials=2)  # counted from the rewrite
+    assert [rows[g, False]["recall_accuracy"] for g in (1, 4, 9)] == [0.0, 1.0, 0.0]
 
 
 def test_the_reset_ablation_removes_what_only_the_state_carried() -> None:
@@ -246,33 +261,9 @@ longrange:
 """
 
 
-REAL_TRAIN = memzoo.running.train.train
-
-
-class Killed(BaseException):
-    pass
-
-
-def _spy_train(monkeypatch, calls: list, kill: tuple[str, int] | None = None) -> None:
-    """Record (stage, first step run) of every train() call; optionally stop one stage at a step."""
-    real = REAL_TRAIN
-
-    def train(cfg, run_dir=None, on_step=None, **kw):
-        seen: list[int] = []
-
-        def step(i: int) -> None:
-            seen.append(i)
-            if on_step:
-                on_step(i)
-            if kill and cfg.name.endswith(kill[0]) and i == kill[1]:
-                raise Killed()
-
-        try:
-            return real(cfg, run_dir=run_dir, on_step=step, **kw)
-        finally:
-            calls.append((cfg.name, int(cfg.task.gap_segments), seen[0] if seen else None))
-
-    monkeypatch.setattr(memzoo.running.train, "train", train)
+def stage_gap(cfg, first: Optional[int]) -> tuple:
+    """What the curriculum test records of a train() call: the stage, its largest gap, its first step."""
+    return cfg.name, int(cfg.task.gap_segments), first
 
 
 def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_stage(tmp_path: Path,
@@ -287,7 +278,7 @@ def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_st
     args = _worker_args(spec, suite, 1, evaluation)
 
     calls: list = []
-    _spy_train(monkeypatch, calls, kill=("-c1", 2))
+    spy_train(monkeypatch, calls, kill=("-c1", 2), record=stage_gap)
     with pytest.raises(Killed):
         _worker(*args)
     assert calls == [(c0.name, 1, 1), (c1.name, 2, 1)]  # stage 1 (gap 1) whole, stage 2 killed after step 2
@@ -295,7 +286,7 @@ def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_st
     stamp = (c0 / "result.json").stat().st_mtime_ns
 
     calls.clear()
-    _spy_train(monkeypatch, calls)
+    spy_train(monkeypatch, calls, record=stage_gap)
     _worker(*args)
     assert calls == [(c1.name, 2, 3), (final.name, 4, 1)]  # resumed at step 3; stage 1 not re-run
     assert (c0 / "result.json").stat().st_mtime_ns == stamp
@@ -307,3 +298,19 @@ def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_st
     calls.clear()
     _worker(*args)  # everything done: nothing trained, nothing measured again
     assert calls == [] and json.loads((final / "distance.json").read_text()) == rows
+
+    # A stream past its budget keeps the gaps it reached; the rest are out of budget, and stay so.
+    class Budget(_Meter):
+        def check(self, done: int, total: int) -> None:
+            if done > 6 * 16:
+                raise memzoo.running.distance.OutOfBudget(f"stopped after {done} bytes")
+
+    monkeypatch.setattr(memzoo.running.distance, "_Meter", Budget)
+    other = DistanceConfig(gaps=[1, 4, 16], trials=2, seed=1, segments_per_call=1)
+    status = {(r["gap_segments"], r["reset_after_pairs"]): r["status"] for r in evaluate_distance(final, other)}
+    assert status == {(1, False): "ok", (1, True): "ok", (4, False): "ok", (4, True): "ok",
+                      (16, False): "out of budget: stopped after 112 bytes", (16, True): "out of budget: stopped after 112 bytes"}
+    monkeypatch.setattr(memzoo.running.distance, "_Meter", _Meter)
+    longer = DistanceConfig(gaps=[1, 4, 16, 64], trials=2, seed=1, segments_per_call=1)
+    status = {r["gap_segments"]: r["status"] for r in evaluate_distance(final, longer) if not r["reset_after_pairs"]}
+    assert status[16].startswith("out of budget: stopped") and status[64] == "out of budget: gap 16 ran out"
