@@ -21,6 +21,7 @@ from memzoo.analysis.recipes import (
     segment_differences,
     gate_heatmaps,
     gate_table,
+    variant_labels,
     length_cost_table,
     load_results,
     long_by_segment,
@@ -31,6 +32,8 @@ from memzoo.analysis.recipes import (
 from memzoo.analysis.longrange import (accuracy_by_key_segment, answer_loss_curves, answer_loss_table, gate_summary,
                                        lm_before_after, passkey_by_length, passkey_length_curves,
                                        recall_generalisation)
+from memzoo.analysis.distance import (distance_curves, distance_reach, distance_summary, distance_table,
+                                      distance_versus, is_distance_table)
 from memzoo.analysis.stats import (bootstrap_versus, compare_groups, mean_interval, paired_bootstrap, paired_t, welch_p,
                                    wilson_interval)
 
@@ -40,4 +43,5 @@ __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb
            "is_capacity_table", "compare_groups", "mean_interval", "welch_p", "wilson_interval", "passkey_by_length",
            "passkey_length_curves", "footprint_vs_gain", "gain_by_segment", "memory_gain", "pairing_gain", "segment_differences",
            "paired_t", "paired_bootstrap", "bootstrap_versus", "accuracy_by_key_segment", "answer_loss_table", "answer_loss_curves",
-           "lm_before_after", "gate_summary", "recall_generalisation"]
+           "lm_before_after", "gate_summary", "recall_generalisation", "variant_labels", "is_distance_table",
+           "distance_table", "distance_summary", "distance_reach", "distance_versus", "distance_curves"]

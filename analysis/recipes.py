@@ -227,20 +227,36 @@ def cost_per_method(df: pd.DataFrame, axes=None):
     return axes
 
 
+def variant_labels(df: pd.DataFrame) -> pd.Series:
+    """Per row, its method and the grid values (`grid_<option>` columns) that differ between that
+    method's rows: "infini-delta normalizer=gamma" beside "infini-delta normalizer=paper"; the bare
+    method name where its rows share every grid value."""
+    grid = [c for c in df.columns if c.startswith("grid_")]
+    labels = df["method"].astype(str).copy()
+    for method, rows in df.groupby("method", sort=False):
+        varying = [c for c in grid if rows[c].astype(str).nunique() > 1]
+        if varying:
+            labels.loc[rows.index] = [f"{method} " + ", ".join(f"{c[5:]}={r[c]}" for c in varying)
+                                      for _, r in rows.iterrows()]
+    return labels
+
+
 def gate_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per-head gate values (sigmoid(β) for Infini; sigmoid(b) for Memorizing) as rows
-    (method, state, seed, layer, head, gate), from the `gates_json` (or `gates`) column; `state` is
-    the run's measured footprint (a method swept over its memory size has one set of gates per size)."""
+    (method, variant, state, seed, layer, head, gate), from the `gates_json` (or `gates`) column; `state`
+    is the run's measured footprint (a method swept over its memory size has one set of gates per
+    size), `variant` its `variant_labels` (grid points of equal state, e.g. two normalisers, apart)."""
     rows = []
-    for _, r in df.iterrows():
+    variants = variant_labels(df) if len(df) else pd.Series(dtype=str)
+    for i, r in df.iterrows():
         gates = r.get("gates_json", r.get("gates", "{}"))
         gates = json.loads(gates) if isinstance(gates, str) else (gates or {})
         state = r.get("footprint_measured", None)
         for layer, values in gates.items():
             for head, g in enumerate(values):
-                rows.append({"method": r["method"], "state": state, "seed": r["seed"], "layer": int(layer), "head": head,
-                             "gate": g})
-    return pd.DataFrame(rows, columns=["method", "state", "seed", "layer", "head", "gate"])
+                rows.append({"method": r["method"], "variant": variants[i], "state": state, "seed": r["seed"],
+                             "layer": int(layer), "head": head, "gate": g})
+    return pd.DataFrame(rows, columns=["method", "variant", "state", "seed", "layer", "head", "gate"])
 
 
 def gate_heatmaps(df: pd.DataFrame):
@@ -252,14 +268,14 @@ def gate_heatmaps(df: pd.DataFrame):
     table = gate_table(df)
     if table.empty:
         return None
-    panels = list(table.groupby(["method", "state"], dropna=False, sort=True))
-    several = table.groupby("method")["state"].nunique(dropna=False)
+    panels = list(table.groupby(["variant", "state"], dropna=False, sort=True))
+    several = table.groupby("variant")["state"].nunique(dropna=False)
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
-    for ax, ((m, state), sub) in zip(axes[0], panels):
+    for ax, ((v, state), sub) in zip(axes[0], panels):
         sub = sub[sub["seed"] == sub["seed"].min()]
         grid = sub.pivot(index="layer", columns="head", values="gate")
         sns.heatmap(grid, vmin=0, vmax=1, cmap="coolwarm", annot=True, fmt=".2f", cbar=False, ax=ax)
-        ax.set_title(m if several[m] == 1 else f"{m}, state {int(state):,}")
+        ax.set_title(v if several[v] == 1 else f"{v}, state {int(state):,}")
     fig.tight_layout()
     return fig
 

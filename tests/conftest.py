@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any, Callable, Optional
 
 import pytest
 import torch
@@ -46,3 +47,35 @@ CASES = [(m, m, TINY_OPTIONS.get(m, {})) for m in METHODS] + [v for v in VARIANT
 @pytest.fixture(params=METHODS)
 def method(request) -> str:
     return request.param
+
+
+class Killed(BaseException):
+    """A kill in the middle of a training step (nothing in memzoo catches a BaseException)."""
+
+
+def spy_train(monkeypatch, calls: list, kill: tuple[str, int] | None = None,
+              record: Callable[[Any, Optional[int]], Any] = lambda cfg, first: (cfg.name, first)) -> None:
+    """Record every memzoo.running.train.train call as record(stage config, first step run) (default:
+    the stage's name and its first step); with `kill`, raise Killed in the stage whose name ends with
+    kill[0] once step kill[1] is done."""
+    import memzoo.running.train as module
+
+    real = getattr(module.train, "real_train", module.train)  # a second spy in one test wraps the real train
+
+    def train(cfg, run_dir=None, on_step=None, **kw):
+        seen: list[int] = []
+
+        def step(i: int) -> None:
+            seen.append(i)
+            if on_step:
+                on_step(i)
+            if kill and cfg.name.endswith(kill[0]) and i == kill[1]:
+                raise Killed()
+
+        try:
+            return real(cfg, run_dir=run_dir, on_step=step, **kw)
+        finally:
+            calls.append(record(cfg, seen[0] if seen else None))
+
+    train.real_train = real
+    monkeypatch.setattr(module, "train", train)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import memzoo.running.train
+from conftest import Killed, spy_train
 from memzoo.suites.compare import _worker, _worker_args, expand, is_finished, load_suite
 from memzoo.core.config import ConfigError
 from memzoo.running.longrange import weights_id
@@ -37,39 +37,10 @@ longrange:
 """
 
 
-REAL_TRAIN = memzoo.running.train.train
-
-
-class Killed(BaseException):
-    pass
-
-
 def _suite(tmp_path: Path, extra: str = "") -> Path:
     path = tmp_path / "cur.yaml"
     path.write_text(f"out_dir: {tmp_path / 'results'}\n" + SUITE + textwrap.dedent(extra))
     return path
-
-
-def _spy_train(monkeypatch, calls: list, kill: tuple[str, int] | None = None) -> None:
-    """Record (stage name, first step run) of every train() call; optionally stop one stage at a step."""
-    real = REAL_TRAIN
-
-    def train(cfg, run_dir=None, on_step=None, **kw):
-        seen: list[int] = []
-
-        def step(i: int) -> None:
-            seen.append(i)
-            if on_step:
-                on_step(i)
-            if kill and cfg.name.endswith(kill[0]) and i == kill[1]:
-                raise Killed()
-
-        try:
-            return real(cfg, run_dir=run_dir, on_step=step, **kw)
-        finally:
-            calls.append((cfg.name, seen[0] if seen else None))
-
-    monkeypatch.setattr(memzoo.running.train, "train", train)
 
 
 def _steps(run: Path) -> list[int]:
@@ -88,7 +59,7 @@ def test_stages_run_in_order_resume_after_a_kill_and_feed_the_evaluation(tmp_pat
     args = _worker_args(spec, suite, 1, longrange)
 
     calls: list = []
-    _spy_train(monkeypatch, calls, kill=("-c1", 2))
+    spy_train(monkeypatch, calls, kill=("-c1", 2))
     with pytest.raises(Killed):
         _worker(*args)
     lm, c1, final = (runs / c.name for c in spec.chain)
@@ -98,7 +69,7 @@ def test_stages_run_in_order_resume_after_a_kill_and_feed_the_evaluation(tmp_pat
     lm_stamp = (lm / "result.json").stat().st_mtime_ns
 
     calls.clear()
-    _spy_train(monkeypatch, calls)
+    spy_train(monkeypatch, calls)
     _worker(*args)
     assert calls == [(c1.name, 3), (final.name, 1)]  # the finished stage is not re-run; the killed one resumes
     assert (lm / "result.json").stat().st_mtime_ns == lm_stamp

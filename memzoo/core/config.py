@@ -136,6 +136,15 @@ class TaskConfig:
     # the start of segment g (examples of g + 1 segments; `lengths` is not used).
     gap_segments: int = 0
     local_queries: int = 0  # recall across segments: training queries right after the pairs, in segment 0
+    # recall across segments, the gap curriculum (ARMT's vary_n_segments): 0 = every row at gap_segments;
+    # k >= 1 = each row draws its gap uniformly in [k, gap_segments]. Every row is then rewrites +
+    # gap_segments + 1 segments long: a row with a shorter gap opens with filler segments before its
+    # pairs, so its queries still fill the last segment (memzoo.data.tasks.segment_recall_batch).
+    min_gap_segments: int = 0
+    # recall across segments: segments after the pairs' segment that give every key a new value (all P
+    # keys, in a new order, each value unlike the key's earlier ones); the answer is the latest value
+    # and the gap is counted from the last of them. 0 = no rewrites.
+    rewrites: int = 0
     alphabet: int = 64  # recall across segments: keys and values drawn from this many bytes each (<= 64)
 
 

@@ -134,6 +134,15 @@ class _Memory(nn.Module):
         """
         raise NotImplementedError
 
+    @classmethod
+    def lookback(cls, cfg: Any, model: ModelConfig) -> Optional[list[int]]:
+        """Per layer, how many positions before its segment's first token the layer can attend to,
+        when what it reads of the past is a window of positions (XL's cache, a kNN store); None when
+        its state can in principle carry anything from any earlier segment (a matrix, memory tokens,
+        full attention). memzoo.running.reach turns the windows into the farthest gap a memory can
+        bridge. Default: None."""
+        return None
+
 
 class LayerMemory(_Memory):
     """A memory that lives inside one attention layer."""
@@ -212,6 +221,10 @@ class NoMemory(LayerMemory):
     @classmethod
     def footprint(cls, cfg: Any, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
         return {"total": 0}
+
+    @classmethod
+    def lookback(cls, cfg: Any, model: ModelConfig) -> Optional[list[int]]:
+        return [0] * model.n_layers  # the segment itself and nothing before it
 
 
 class HeadGate(nn.Module):

@@ -153,6 +153,14 @@ class CompressiveTransformer(LayerMemory):
         return {"h": state[part], "valid": state[f"{part}_valid"]}
 
     @classmethod
+    def lookback(cls, cfg: CompressiveConfig, model: ModelConfig) -> list[int]:
+        """The FIFO, the pending buffer (c - 1 at most; always empty when c divides the segment length)
+        and the compressed slots (c positions each)."""
+        c = int(cfg.compression_rate)
+        pending = c - 1 if model.segment_len % c else 0
+        return [int(cfg.mem_len) + pending + int(cfg.cmem_len) * c] * model.n_layers
+
+    @classmethod
     def footprint(cls, cfg: CompressiveConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
         """Fixed-size buffers: independent of tokens_seen."""
         table1 = model.d_model * (cfg.cmem_len + cfg.mem_len) * model.n_layers

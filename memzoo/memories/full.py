@@ -44,6 +44,10 @@ class FullAttention(LayerMemory):
         return fifo_reset(state, rows)
 
     @classmethod
+    def lookback(cls, cfg: FullConfig, model: ModelConfig) -> Optional[list[int]]:
+        return None if cfg.max_len is None else [int(cfg.max_len)] * model.n_layers  # max_len: a sliding window
+
+    @classmethod
     def footprint(cls, cfg: FullConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
         kept = tokens_seen if cfg.max_len is None else min(tokens_seen, cfg.max_len)
         return {"total": 2 * model.d_head * model.n_heads * kept * model.n_layers}

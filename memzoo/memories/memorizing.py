@@ -194,6 +194,14 @@ class MemorizingXL(LayerMemory):
         return MemorizingXL(cfg, model, layer_index)
 
     @classmethod
+    def lookback(cls, cfg: MemorizingConfig, model: ModelConfig) -> list[int]:
+        """Every layer's XL cache; the kNN layer's store of the last store_size positions beside it."""
+        out = [int(cfg.mem_len)] * model.n_layers
+        knn = knn_layer_index(cfg, model)
+        out[knn] = max(out[knn], int(cfg.store_size))
+        return out
+
+    @classmethod
     def footprint(cls, cfg: MemorizingConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
         """Fixed-size buffers: store keys+values at one layer, XL keys+values in every layer."""
         per_slot = (model.d_head + model.d_head) * model.n_heads  # (d_key + d_value) × H

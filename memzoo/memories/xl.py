@@ -79,6 +79,10 @@ class TransformerXL(LayerMemory):
         return fifo_reset(state, rows)
 
     @classmethod
+    def lookback(cls, cfg: XLConfig, model: ModelConfig) -> list[int]:
+        return [int(cfg.mem_len)] * model.n_layers  # each layer's cache of the last mem_len positions
+
+    @classmethod
     def footprint(cls, cfg: XLConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
         """Fixed-size buffers: the count does not depend on tokens_seen."""
         table1 = (model.d_head + model.d_head) * model.n_heads * cfg.mem_len * model.n_layers

@@ -9,6 +9,11 @@ Three numbers per run, on one fixed set of held-out examples:
 * `recall_accuracy_reset`: the same model with its state reset just before the query segment. If
   the answer came through the memory it falls to chance, as `local` does.
 
+With rewrites (`task.rewrites` >= 1: every key given new values after its pair), the answer is
+the latest value, and two more: `recall_stale`, the share of scored queries answered with an
+earlier value of the same key, and `recall_stale_chance`, the uniform guess among the written
+values landing on one (memzoo.data.tasks.stale_chance), on the same queries.
+
 And one diagnostic, `recall_accuracy_within`: accuracy at the answers that are visible in their own
 segment (the local queries of segment 0, a key asked again in the query segment). Near 1 it says the
 model has learned the association itself, so a low `recall_accuracy` is the memory's, not the
@@ -26,7 +31,7 @@ from omegaconf import DictConfig
 from memzoo.core.config import model_config
 from memzoo.core.model import MemoryModel
 from memzoo.core.plugins import get_memory
-from memzoo.data.tasks import SegmentRecallExample, recall_chance, segment_recall_example
+from memzoo.data.tasks import SegmentRecallExample, recall_chance, segment_recall_example, stale_chance
 from memzoo.running.configure import memory_config
 from memzoo.running.evaluate import gate_values, measure_footprint, peak_rss_mb, precision_columns
 
@@ -34,14 +39,17 @@ EVAL_SEED_OFFSET = 7_919_000_003  # held-out examples: a generator no training s
 
 
 def recall_examples(task: Any, segment_len: int, count: int, seed: int) -> list[SegmentRecallExample]:
-    """`count` held-out examples of the run's task, in its training layout (deterministic in seed)."""
+    """`count` held-out examples of the run's task, in its training layout (deterministic in seed),
+    every one at the task's largest gap (`gap_segments`; a gap curriculum's shorter gaps are the
+    distance evaluation's, memzoo.running.distance)."""
     if count < 1:
         raise ValueError(f"recall examples={count}; expected >= 1")
     gen = torch.Generator().manual_seed(EVAL_SEED_OFFSET + seed)
     # The training layout, local queries included (they are not scored): the same inputs the model learned on.
     local, alphabet = getattr(task, "local_queries", 0), getattr(task, "alphabet", 64)
-    return [segment_recall_example(gen, segment_len, task.pairs, task.queries, task.gap_segments, local, alphabet)
-            for _ in range(count)]
+    rewrites = getattr(task, "rewrites", 0)
+    return [segment_recall_example(gen, segment_len, task.pairs, task.queries, task.gap_segments, local, alphabet,
+                                   rewrites=rewrites) for _ in range(count)]
 
 
 def within_positions(example: SegmentRecallExample) -> list[int]:
@@ -85,6 +93,20 @@ def accuracy(predicted: list[list[int]], examples: list[SegmentRecallExample], w
     return hits / max(sum(len(a) for a in answers), 1)
 
 
+def stale_accuracy(predicted: list[list[int]], examples: list[SegmentRecallExample]) -> float:
+    """Share of scored queries answered with an earlier value of their key (rewrites only; NaN without)."""
+    stale = [p in set(old) for pred, e in zip(predicted, examples) for p, old in zip(pred, e.stale)]
+    return sum(stale) / len(stale) if stale else float("nan")
+
+
+def rewrite_metrics(predicted: list[list[int]], examples: list[SegmentRecallExample]) -> dict[str, Any]:
+    """recall_stale and recall_stale_chance on the scored queries of examples with rewrites ({} without)."""
+    if not any(e.rewrites for e in examples):
+        return {}
+    chance = [c for e in examples for c in stale_chance(e)]
+    return {"recall_stale": stale_accuracy(predicted, examples), "recall_stale_chance": sum(chance) / len(chance)}
+
+
 def hits_by_example(predicted: list[list[int]], examples: list[SegmentRecallExample]) -> list[int]:
     """Scored queries answered right, per example (the same examples for every method at a seed: the
     unit of the per-example paired bootstrap)."""
@@ -93,10 +115,11 @@ def hits_by_example(predicted: list[list[int]], examples: list[SegmentRecallExam
 
 def capacity_metrics(model: MemoryModel, examples: list[SegmentRecallExample]) -> dict[str, Any]:
     """recall_accuracy, recall_chance, recall_accuracy_reset, recall_accuracy_within and recall_queries,
-    and the scored hits and queries per example."""
+    the scored hits and queries per example, and with rewrites recall_stale and recall_stale_chance."""
     chance = [c for e in examples for c in recall_chance(e)]
     predicted = predict_scored(model, examples)
     return {
+        **rewrite_metrics(predicted, examples),
         "recall_accuracy": accuracy(predicted, examples),
         "recall_hits_by_example": hits_by_example(predicted, examples),
         "recall_queries_by_example": [len(e.answers) for e in examples],
@@ -118,7 +141,7 @@ def write_capacity_result(run_dir: Path, cfg: DictConfig, model: MemoryModel,
     mcfg = model_config(cfg)
     count = examples or int(cfg.eval.recall_examples)
     metrics = capacity_metrics(model, recall_examples(task, mcfg.segment_len, count, int(cfg.seed)))
-    segments = int(task.gap_segments) + 1
+    segments = int(task.rewrites) + int(task.gap_segments) + 1
     mem_cfg = memory_config(cfg.memory.name, cfg.memory)
     train_rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
                   if line.strip()] if (run_dir / "metrics.jsonl").is_file() else []
@@ -131,7 +154,8 @@ def write_capacity_result(run_dir: Path, cfg: DictConfig, model: MemoryModel,
         "footprint_tokens": segments * mcfg.segment_len,
         "lr": float(cfg.train.lr), "d_model": int(mcfg.d_model), "pairs": int(task.pairs),
         "gap_segments": int(task.gap_segments), "queries": int(task.queries), "local_queries": int(task.local_queries),
-        "alphabet": int(task.alphabet), "backbone_init": cfg.model.init_streams,
+        "alphabet": int(task.alphabet), "rewrites": int(task.rewrites), "min_gap_segments": int(task.min_gap_segments),
+        "backbone_init": cfg.model.init_streams,
         **metrics, "recall_examples": count,
         "final_train_loss_bpb": train_rows[-1]["train_bpb"] if train_rows else None,
         "train_steps": int(cfg.train.steps),

@@ -6,9 +6,11 @@ A suite's `finetune:` is one mapping (one stage, as before) or a list of mapping
 run-config overrides merged onto the *previous stage's* config, so a later stage names only what
 changes (e.g. `task: {key_segments_back: [2]}`, `train: {steps: 200}`).
 
-Run folders, for a suite run NAME: NAME-lm (pretraining), NAME-c1 ... NAME-c{K-1} (the first
-K - 1 fine-tuning stages) and NAME (the last stage: the suite's row and what `longrange:`
-evaluates). A finished stage (result.json, config unchanged) is never re-run; an unfinished one
+Run folders, for a suite run NAME: NAME-lm (pretraining; NAME-c0 when the first stage trains a
+task, as the `distance` suite's gap-1 recall does), NAME-c1 ... NAME-c{K-1} (the first K - 1
+fine-tuning stages) and NAME (the last stage: the suite's row and what `longrange:` evaluates).
+With the suite's `stop_at_reach`, the stages past the memory's reach are not trained at all
+(`stages_within_reach`): the last stage within it is NAME. A finished stage (result.json, config unchanged) is never re-run; an unfinished one
 resumes from its checkpoint. A stage whose config changed since it ran is stale: its folder, and
 the folder of every later stage, is moved aside to FOLDER.stale-N and trained again.
 """
@@ -24,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from memzoo.core.config import ConfigError, RunConfig, _merge_checked
 from memzoo.running.configure import resolve, saved_run_config
+from memzoo.running.reach import max_reach_segments
 
 # Keys that change neither the weights nor the results: a change in them does not make a stage stale.
 BOOKKEEPING = ("train.threads", "train.checkpoint_every", "train.log_every")
@@ -49,7 +52,7 @@ def finetune_chain(pretrain: DictConfig, finetune: Any, root: Path, name: str) -
     """[pretraining, stage 1, ..., last stage]: each fine-tuning stage is the previous stage's
     config under its overrides, renamed, starting from the previous stage's run folder."""
     overrides = stage_overrides(finetune)
-    pretrain.name = f"{name}-lm"
+    pretrain.name = f"{name}-lm" if pretrain.task.name == "lm" else f"{name}-c0"
     chain = [pretrain]
     for i, stage in enumerate(overrides):
         prev = chain[-1]
@@ -60,6 +63,32 @@ def finetune_chain(pretrain: DictConfig, finetune: Any, root: Path, name: str) -
         where = f"suite finetune[{i}] {name}" if len(overrides) > 1 else f"suite finetune {name}"
         chain.append(resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=where)))
     return chain
+
+
+def stages_within_reach(first: DictConfig, finetune: Any) -> list[Any]:
+    """The fine-tuning stages a run trains when nothing is trained past its memory's reach: the
+    leading stages whose largest gap (task.gap_segments, each stage merged onto the ones before)
+    the memory of `first` can bridge by construction (memzoo.running.reach); from the first stage
+    past it on, none. The first stage (`first`, the suite's run config) is always trained."""
+    reach = max_reach_segments(first)
+    if reach is None:
+        return stage_overrides(finetune)
+    kept, cfg = [], first
+    for stage in stage_overrides(finetune):
+        cfg = OmegaConf.merge(cfg, stage)
+        if cfg.task.name != "recall" or not cfg.task.gap_segments:
+            raise ConfigError(f"suite.stop_at_reach needs recall-across-segments stages (task.name=recall, "
+                              f"task.gap_segments >= 1); got task.name={cfg.task.name!r}, "
+                              f"gap_segments={cfg.task.gap_segments}")
+        if int(cfg.task.gap_segments) > reach:
+            break
+        kept.append(stage)
+    return kept
+
+
+# Keys added after reference rows were shipped, at the value that trains what runs without them
+# trained: omitted from config_hash there, so the shipped rows stay the runs their suites make.
+NEUTRAL_DEFAULTS = {"task.min_gap_segments": 0, "task.rewrites": 0}
 
 
 def _comparable(cfg: DictConfig) -> dict[str, Any]:
@@ -80,6 +109,10 @@ def config_hash(cfg: DictConfig) -> str:
     (out_dir, and init_from reduced to the folder's name), so the same run hashes alike anywhere."""
     out = _comparable(cfg)
     out.pop("out_dir", None)
+    for key, neutral in NEUTRAL_DEFAULTS.items():
+        section, leaf = key.split(".")
+        if out.get(section, {}).get(leaf, neutral) == neutral:
+            out.get(section, {}).pop(leaf, None)
     task = out.get("task", {})
     if task.get("init_from"):
         task["init_from"] = Path(str(task["init_from"])).name

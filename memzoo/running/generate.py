@@ -87,6 +87,16 @@ class StreamingDecoder:
         self.tokens_seen += t
         return torch.cat(parts, dim=1)[:, -t:] if return_logits else None
 
+    def peek(self, tokens: Tensor) -> Tensor:
+        """Logits [B, T, V] of whole segments `tokens` [B, T] read from the committed state, which they
+        leave as it was: a probe (the stream goes on as if they had never been fed)."""
+        if self.pending.shape[1] or tokens.dim() != 2 or tokens.shape[0] != self.batch_size or tokens.shape[1] % self.n:
+            raise ValueError(f"peek takes whole segments [B={self.batch_size}, T = k x {self.n}] after whole segments; "
+                             f"got {list(tokens.shape)} with {self.pending.shape[1]} bytes pending")
+        self.model.eval()
+        logits, _ = self._call(tokens.to(self.device).view(self.batch_size, -1, self.n))
+        return logits
+
     def generate(self, max_new_tokens: int, temperature: float = 0.0, generator: Optional[torch.Generator] = None,
                  feed_last: bool = True) -> Tensor:
         """Decode [B, max_new_tokens] tokens, feeding each back (greedy when temperature == 0).

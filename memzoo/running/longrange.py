@@ -120,9 +120,11 @@ class OutOfBudget(Exception):
 
 
 class _Meter:
-    """Checks the time and memory budget between model calls."""
+    """Checks the time and memory budget between model calls. `project=False` stops only at the
+    limits themselves (a stream that yields results on the way is worth running to its limit)."""
 
-    def __init__(self, cfg: LongRangeConfig):
+    def __init__(self, cfg: LongRangeConfig, project: bool = True):
+        self.project = project
         self.start = time.perf_counter()
         self.time_limit = cfg.time_limit_s
         self.memory_limit = cfg.budget()["memory_limit_mb"]
@@ -144,7 +146,7 @@ class _Meter:
         if self.time_limit is not None and done < total:
             if elapsed > self.time_limit:
                 raise OutOfBudget(f"time limit {self.time_limit:.0f} s reached after {done:,} of {total:,} tokens per row")
-            if done >= 0.02 * total and projected > 1.5 * self.time_limit:
+            if self.project and done >= 0.02 * total and projected > 1.5 * self.time_limit:
                 raise OutOfBudget(f"time limit {self.time_limit:.0f} s: projected {projected:,.0f} s after {done:,} of "
                                   f"{total:,} tokens per row")
         rss = current_rss_mb()
@@ -152,17 +154,21 @@ class _Meter:
             raise OutOfBudget(f"memory limit {self.memory_limit:,.0f} MB reached ({rss:,.0f} MB) after {done:,} of {total:,} tokens per row")
 
 
-def _stream(decoder: StreamingDecoder, data: torch.Tensor, meter: _Meter, desc: str, progress: bool) -> float:
-    """Feed data [B, L] (uint8) chunk by chunk; returns the seconds it took."""
+def _stream(decoder: StreamingDecoder, data: torch.Tensor, meter: _Meter, desc: str, progress: bool,
+            offset: int = 0, total: Optional[int] = None) -> float:
+    """Feed data [B, L] (uint8) chunk by chunk; returns the seconds it took. `offset` and `total`:
+    where this piece starts in a longer stream and that stream's length (what the budget's
+    projection is over; default this piece alone)."""
     chunk = decoder.segments_per_call * decoder.n
-    total = data.shape[1]
+    length = data.shape[1]
+    total = total if total is not None else offset + length
     start = time.perf_counter()
-    with tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=not progress, dynamic_ncols=True, leave=False) as bar:
-        for a in range(0, total, chunk):
-            b = min(total, a + chunk)
+    with tqdm(total=length, desc=desc, unit="B", unit_scale=True, disable=not progress, dynamic_ncols=True, leave=False) as bar:
+        for a in range(0, length, chunk):
+            b = min(length, a + chunk)
             decoder.feed(data[:, a:b].long())
             bar.update(b - a)
-            meter.check(b, total)
+            meter.check(offset + b, total)
     return time.perf_counter() - start
 
 
@@ -306,10 +312,15 @@ def weights_id(run_dir: Path) -> str:
 
 
 def _reusable(row: dict[str, Any], cfg: LongRangeConfig, weights: str) -> bool:
-    """Measured with these settings and weights, and not out of a budget smaller than this one."""
+    """Measured with these settings and weights, the same arm of the reset ablation, and not out of
+    a budget smaller than this one."""
+    return bool(row.get("reset_after_key", False)) == cfg.reset_after_key and reusable(row, cfg, weights)
+
+
+def reusable(row: dict[str, Any], cfg: Any, weights: str) -> bool:
+    """A stored row measured with `cfg.settings()` and these weights, and not out of a budget smaller
+    than `cfg.budget()` (the long-range and the distance evaluations alike)."""
     if row.get("weights") != weights or any(row.get(k) != v for k, v in cfg.settings().items()):
-        return False
-    if bool(row.get("reset_after_key", False)) != cfg.reset_after_key:
         return False
     if row.get("status") == "ok":
         return True

@@ -26,7 +26,7 @@ def training_layout(task: Any) -> dict[str, int]:
         raise ValueError(f"recall layout=training needs a run trained with task.name=recall and task.gap_segments >= 1 "
                          f"(the capacity suite); got {got}")
     return {"pairs": int(task.pairs), "queries": int(task.queries), "local_queries": int(task.local_queries),
-            "alphabet": int(task.alphabet)}
+            "alphabet": int(task.alphabet), "rewrites": int(getattr(task, "rewrites", 0))}
 
 
 def segment_recall_length(model: MemoryModel, length: int, cfg: Any, task: Any, precision: str, meter: Any,
@@ -36,20 +36,23 @@ def segment_recall_length(model: MemoryModel, length: int, cfg: Any, task: Any, 
     layout = training_layout(task)
     n = model.cfg.segment_len
     gap = max(1, length // n)
-    check_segment_recall(n, layout["pairs"], layout["queries"], gap, layout["local_queries"], layout["alphabet"])
+    rewrites = layout["rewrites"]
+    check_segment_recall(n, layout["pairs"], layout["queries"], gap, layout["local_queries"], layout["alphabet"],
+                         rewrites=rewrites)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + length)
     batch = segment_recall_batch(gen, cfg.trials, n, layout["pairs"], layout["queries"], gap, layout["local_queries"],
-                                 layout["alphabet"])
+                                 layout["alphabet"], rewrites=rewrites)
     examples = [batch.example(row) for row in range(cfg.trials)]
-    data = batch.tokens.to(torch.uint8)  # [B, (gap+1) N]: one byte per token on long streams
+    data = batch.tokens.to(torch.uint8)  # [B, (R + gap + 1) N]: one byte per token on long streams
+    query = batch.query_segment * n  # the query segment's first byte
     decoder = StreamingDecoder(model, data.shape[0], cfg.segments_per_call, precision)
-    if cfg.reset_after_key:
-        decoder.reset_at = torch.ones(data.shape[0], dtype=torch.long)  # right after the pairs' segment
-    seconds = stream(decoder, data[:, : gap * n], meter, f"recall {length:,}", progress)
-    logits = decoder.feed(data[:, gap * n :].long(), return_logits=True)  # [B, N, V]: the query segment
+    if cfg.reset_after_key:  # right after the last write (the pairs' segment, or the last rewrite's)
+        decoder.reset_at = torch.full((data.shape[0],), rewrites + 1, dtype=torch.long)
+    seconds = stream(decoder, data[:, :query], meter, f"recall {length:,}", progress)
+    logits = decoder.feed(data[:, query:].long(), return_logits=True)  # [B, N, V]: the query segment
     hits, chance = [], []
     for row, e in enumerate(examples):
-        predicted = logits[row, [p - gap * n for p in e.scored_positions]].argmax(-1).cpu().tolist()
+        predicted = logits[row, [p - query for p in e.scored_positions]].argmax(-1).cpu().tolist()
         hits += [p == a for p, a in zip(predicted, e.answers)]
         chance += recall_chance(e)
     return [{"status": "ok", "accuracy": sum(hits) / max(len(hits), 1), "chance": sum(chance) / max(len(chance), 1),

@@ -24,9 +24,10 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from memzoo.core.config import ConfigError, RunConfig, _merge_checked, _parse_overrides, preset_path, to_yaml
+from memzoo.core.config import ConfigError, RunConfig, _load_yaml_chain, _merge_checked, _parse_overrides, preset_path, to_yaml
 from memzoo.running.configure import load_config, resolve
-from memzoo.running.curriculum import config_matches, finetune_chain, finished, prepare_stage
+from memzoo.running.curriculum import (config_matches, finetune_chain, finished, prepare_stage, stage_overrides,
+                                       stages_within_reach)
 from memzoo.running.diagnostics import stage_columns
 from memzoo.running.tracking import check_tracker
 
@@ -59,8 +60,12 @@ class SuiteConfig:
     # RMT papers add their memory to a pretrained transformer; one backbone for all also makes the
     # methods differ only in their memory. Kept as runs/backbone-sSEED.
     backbone: Any = None
+    # Curriculum stages past a method's reach are not trained (memzoo.running.curriculum.stages_within_reach):
+    # a memory whose window cannot bridge a stage's largest gap (memzoo.running.reach) stops at the stage before.
+    stop_at_reach: bool = False
     # Optional last stage: long-range evaluations of each run, a list of memzoo.running.longrange.LongRangeConfig
-    # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]); their rows join the results table.
+    # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]), or with task: distance of
+    # memzoo.running.distance.DistanceConfig options (recall at gaps); their rows join the results table.
     longrange: Any = field(default_factory=list)
     # Cluster settings for `--launcher slurm|submitit-local` (memzoo.suites.launchers.LauncherConfig):
     # partition, account, gpus_per_node, cpus_per_task, mem_gb, timeout_min, additional, setup, ...
@@ -97,12 +102,13 @@ class RunSpec:
 
 
 def load_suite(name_or_path: Optional[str] = "quick", overrides: Optional[list[str]] = None) -> DictConfig:
-    """Schema <- suite YAML (configs/suites/NAME.yaml or a path) <- key=value overrides."""
+    """Schema <- suite YAML (configs/suites/NAME.yaml or a path; `defaults: [other.yaml]` builds on
+    another suite file: mappings merge, lists are replaced) <- key=value overrides."""
     schema = OmegaConf.structured(SuiteConfig)
     path = Path(name_or_path) if name_or_path else None
     if path is None or not path.is_file():
         path = preset_path(f"suites/{name_or_path or 'quick'}")
-    layers: list[Any] = [OmegaConf.load(path)]
+    layers: list[Any] = [_load_yaml_chain(path)]
     if overrides:
         layers.append(_parse_overrides(list(overrides)))
     suite = _merge_checked(schema, *layers, where="suite")
@@ -236,8 +242,11 @@ def expand(suite: DictConfig) -> list[RunSpec]:
                 pretrain, stages = None, []
                 if suite.backbone:  # the first stage starts from the shared backbone
                     cfg.task.init_from, cfg.task.init_backbone_only = str(root / "runs" / backbone_name(seed)), True
-                if suite.finetune:
-                    pretrain, *stages, cfg = finetune_chain(cfg, suite.finetune, root, name)
+                overrides = stage_overrides(suite.finetune) if suite.finetune else []
+                if overrides and suite.stop_at_reach:
+                    overrides = stages_within_reach(cfg, overrides)
+                if overrides:
+                    pretrain, *stages, cfg = finetune_chain(cfg, overrides, root, name)
                 specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain, sweep, stages))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -271,15 +280,31 @@ def backbone_specs(suite: DictConfig) -> list[RunSpec]:
     return specs
 
 
-def longrange_configs(suite: DictConfig, threads: int = 0) -> list[Any]:
-    """The suite's long-range evaluations as LongRangeConfig objects (validated early)."""
+def evaluation_config(options: dict[str, Any]) -> Any:
+    """One `longrange:` entry as its config: DistanceConfig for task distance, else LongRangeConfig."""
+    from memzoo.running.distance import DistanceConfig
     from memzoo.running.longrange import LongRangeConfig
 
+    return (DistanceConfig if options.get("task") == "distance" else LongRangeConfig)(**options)
+
+
+def run_evaluation(run_dir: Path, options: dict[str, Any]) -> None:
+    """One `longrange:` entry on a trained run, resuming what it already measured."""
+    from memzoo.running.distance import evaluate_distance
+    from memzoo.running.longrange import evaluate_longrange
+
+    cfg = evaluation_config(options)
+    evaluate = evaluate_distance if cfg.task == "distance" else evaluate_longrange
+    evaluate(run_dir, cfg, resume=True, progress=False)
+
+
+def longrange_configs(suite: DictConfig, threads: int = 0) -> list[Any]:
+    """The suite's long-range evaluations as LongRangeConfig / DistanceConfig objects (validated early)."""
     configs = []
     for i, options in enumerate(suite.longrange or []):
         opts = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else dict(options)
         try:
-            configs.append(LongRangeConfig(**{"threads": threads, **opts}))
+            configs.append(evaluation_config({"threads": threads, **opts}))
         except (TypeError, ValueError) as err:
             raise ConfigError(f"suite.longrange[{i}]: {err}") from None
     return configs
@@ -336,7 +361,7 @@ def result_row(run_dir: Path, spec_grid: Optional[dict[str, Any]] = None) -> dic
     for i, value in enumerate(row.get("bpb_by_segment") or []):
         row[f"bpb_seg_{i}"] = value
     row["gates_json"] = json.dumps(row.pop("gates", {}))
-    for task in ("passkey", "recall"):  # long-range rows: one JSON list per run (memzoo.analysis.longrange_table)
+    for task in ("passkey", "recall", "distance"):  # long-range rows: one JSON list per run (memzoo.analysis.longrange_table)
         if task in row:
             row[f"{task}_json"] = json.dumps(row.pop(task))
     row["run_dir"] = str(run_dir)
@@ -377,7 +402,6 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
     to run_dir/progress.json."""
     import torch
 
-    from memzoo.running.longrange import LongRangeConfig, evaluate_longrange
     from memzoo.running.train import train
 
     if threads:
@@ -402,7 +426,7 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
             train(cfg, run_dir=stage_dir, on_step=progress, progress=False)
         done_before += int(cfg.train.steps)
     for options in longrange:
-        evaluate_longrange(path, LongRangeConfig(**options), resume=True, progress=False)
+        run_evaluation(path, options)
     if longrange:
         (path / "longrange-done.json").write_text(json.dumps(_stages_signature(longrange)))
     return json.loads((path / "result.json").read_text())

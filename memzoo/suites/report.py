@@ -1,7 +1,8 @@
 """`memzoo report RESULTS_DIR`: tables and figures from a suite's results.parquet, as a
 self-contained report.html (figures embedded) and report.md (figures beside it as PNG files).
 The figures and tables come from the recipes in memzoo.analysis, which a notebook can call directly.
-A results table with `recall_accuracy` (the `capacity` suite) gets the capacity figure and tables."""
+A results table with `recall_accuracy` (the `capacity` suite) gets the capacity figure and tables; one
+whose runs carry distance rows (the `distance` suites) gets the distance figure and tables instead."""
 from __future__ import annotations
 
 import base64
@@ -18,6 +19,8 @@ from memzoo.analysis import (bpb_by_segment, capacity_curves, capacity_table, ca
                              cost_vs_length, footprint_vs_bpb, footprint_vs_gain, gain_by_segment, gate_heatmaps,
                              is_capacity_table, length_cost_table, load_results, longrange_table, memory_gain,
                              passkey_heatmaps, summary_table)
+from memzoo.analysis.distance import (distance_curves, distance_reach, distance_summary, distance_versus,
+                                      is_distance_table)
 from memzoo.analysis.longrange import (PASSKEY_INTERVAL, accuracy_by_key_segment, answer_loss_curves, gate_summary,
                                        lm_before_after, passkey_length_curves, recall_generalisation)
 from memzoo.analysis.stats import BOOTSTRAP, INTERVAL, PAIRED_TEST, UNPAIRED_TEST, t_halfwidth
@@ -27,6 +30,8 @@ FIGURES = {
             "paired by seed (95% t interval; below 0 the memory buys something)",
     "gain_segments": "Difference from local in bits per byte by segment index, paired by seed (95% t band)",
     "capacity": "Cross-segment recall accuracy against state numbers (log), per gap and number of pairs",
+    "distance": "Recall accuracy against the gap between the last write and the queries (segments, log): mean over "
+                "seeds with the 95% t interval; dashed: the state reset after the last write; grey: chance",
     "footprint": "Footprint (state numbers per sequence, log) against valid bits per byte",
     "segments": "Bits per byte by segment index within the document",
     "cost": "Evaluation throughput and peak resident memory per method",
@@ -42,8 +47,8 @@ FIGURES = {
 # learning rates compactly; p-values to two significant digits; everything else (bpb, accuracy) to 3 decimals.
 _INTEGER = {"params", "footprint", "footprint_measured", "footprint_analytic", "state", "runs", "n", "seed",
             "peak_rss_mb", "tokens_per_s", "train_tokens_per_s", "length", "pairs", "gap_segments", "d_model",
-            "recall_queries", "rows_in_batch", "n_reset", "correct", "heads"}
-_INTEGER_PREFIXES = ("rss_mb_", "tokens_per_s_", "grid_", "state_at_")
+            "recall_queries", "rows_in_batch", "n_reset", "correct", "heads", "trained_gap", "rewrites", "seeds"}
+_INTEGER_PREFIXES = ("rss_mb_", "tokens_per_s_", "grid_", "state_at_", "gap_at_")
 
 
 def format_value(column: str, value) -> str:
@@ -148,7 +153,9 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
         _save(footprint_vs_gain(df).figure, paths.setdefault("gain", out / "footprint_vs_gain.png"))
     if _has(df, "bpb_by_segment") and (df["method"] == "local").any() and df["method"].nunique() > 1:
         _save(gain_by_segment(df).figure, paths.setdefault("gain_segments", out / "gain_by_segment.png"))
-    if is_capacity_table(df):
+    if is_distance_table(df):
+        _save(distance_curves(df), paths.setdefault("distance", out / "distance.png"))
+    elif is_capacity_table(df):
         _save(capacity_curves(df), paths.setdefault("capacity", out / "capacity.png"))
     if _has(df, "valid_bpb", "footprint_measured"):
         ax = footprint_vs_bpb(df)
@@ -229,9 +236,36 @@ def capacity_display(df: pd.DataFrame) -> pd.DataFrame:
                    versus=True)
 
 
+def distance_sections(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The distance suite's tables: reach and generalisation per variant, accuracy by gap, and the
+    paired comparison of each method's variants (Infini's normalisers) at every gap."""
+    reach = distance_reach(df)
+    summary = distance_summary(df)
+    sections = [("How far each memory carries what it stored: the longest gap up to which mean accuracy stays "
+                 ">= 0.9 and >= 0.5, and that gap / the largest trained gap (the generalisation factor)",
+                 display(reach)),
+                ("Recall accuracy by gap (mean ± 95% t over seeds; reset: the state reset after the last write)",
+                 display(summary.drop(columns=["method"]), {"accuracy": ("accuracy", "accuracy_ci"),
+                                                             "reset": ("reset", "reset_ci"),
+                                                             "stale": ("stale", "stale_ci")}))]
+    for method, sub in summary.groupby("method", sort=True):
+        variants = sorted(sub["variant"].unique())
+        for other in variants[1:]:
+            versus = distance_versus(df, other, variants[0])
+            shown = versus.assign(diff=[_versus(d, p, False, False, h) for d, p, h in
+                                        zip(versus["diff"], versus["p"], versus["ci"])],
+                                  bootstrap=[_boot(lo, hi) for lo, hi in zip(versus["boot_lo"], versus["boot_hi"])])
+            sections.append((f"{other} against {variants[0]}: the difference in recall accuracy per gap, paired by "
+                             "seed, and the per-example paired bootstrap",
+                             display(shown.drop(columns=["ci", "p", "boot_lo", "boot_hi", "boot_p"]))))
+    return sections
+
+
 def console_table(df: pd.DataFrame) -> pd.DataFrame:
-    """What `memzoo compare` prints when a suite ends: the capacity cells, or the bits-per-byte summary
-    (both with 95% intervals over seeds and the tests against local and the best)."""
+    """What `memzoo compare` prints when a suite ends: the distance reach, the capacity cells, or the
+    bits-per-byte summary (with 95% intervals over seeds and the tests against local and the best)."""
+    if is_distance_table(df):
+        return display(distance_reach(df))
     if is_capacity_table(df):
         cols = ["pairs", "gap_segments", "method", "state", "runs", "accuracy", "vs local", "vs best", "reset", "chance",
                 "within"]
@@ -258,7 +292,14 @@ def write_report(results_dir: str | Path, figures: bool = True) -> tuple[Path, P
         "(the plugin's analytic count agrees; see footprint_analytic).",
     ]
     sections: list[tuple[str, pd.DataFrame]] = []
-    if is_capacity_table(df):
+    if is_distance_table(df):
+        notes.append("distance: recall at each key's first query with its answer written exactly `gap_segments` "
+                     "segments before (streamed; memzoo.running.distance); trained_gap: the largest gap the run was "
+                     "trained on (a window memory stops at its reach); chance: uniform over the written values, on the "
+                     "same examples; stale (rewrites): answered with an earlier value of the key; reset: the same "
+                     "examples with the state reset right after the last write.")
+        sections += distance_sections(df)
+    elif is_capacity_table(df):
         notes.append("capacity: accuracy on cross-segment queries only, at each cell's best learning rate (best mean "
                      "over seeds); reset: the same model with its memory reset before the query segment; chance: "
                      "uniform over the stored values, on the same examples; within: accuracy at the answers visible in their own "
