@@ -59,7 +59,8 @@ class SuiteConfig:
     # methods differ only in their memory. Kept as runs/backbone-sSEED.
     backbone: Any = None
     # Optional last stage: long-range evaluations of each run, a list of memzoo.running.longrange.LongRangeConfig
-    # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]); their rows join the results table.
+    # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]), or with task: babilong of
+    # memzoo.running.babilong.BabilongConfig options; their rows join the results table.
     longrange: Any = field(default_factory=list)
     # Cluster settings for `--launcher slurm|submitit-local` (memzoo.suites.launchers.LauncherConfig):
     # partition, account, gpus_per_node, cpus_per_task, mem_gb, timeout_min, additional, setup, ...
@@ -239,15 +240,31 @@ def backbone_specs(suite: DictConfig) -> list[RunSpec]:
     return specs
 
 
-def longrange_configs(suite: DictConfig, threads: int = 0) -> list[Any]:
-    """The suite's long-range evaluations as LongRangeConfig objects (validated early)."""
+def longrange_config(options: dict[str, Any]) -> Any:
+    """One long-range evaluation's config: BabilongConfig for task: babilong, else LongRangeConfig."""
+    from memzoo.running.babilong import BabilongConfig
     from memzoo.running.longrange import LongRangeConfig
 
+    return BabilongConfig(**options) if options.get("task") == "babilong" else LongRangeConfig(**options)
+
+
+def evaluate_stage(run_dir: Path, options: dict[str, Any]) -> None:
+    """Run one long-range evaluation of a suite run (resuming; finished rows are kept)."""
+    from memzoo.running.babilong import BabilongConfig, evaluate_babilong
+    from memzoo.running.longrange import evaluate_longrange
+
+    cfg = longrange_config(options)
+    evaluate = evaluate_babilong if isinstance(cfg, BabilongConfig) else evaluate_longrange
+    evaluate(run_dir, cfg, resume=True, progress=False)
+
+
+def longrange_configs(suite: DictConfig, threads: int = 0) -> list[Any]:
+    """The suite's long-range evaluations as LongRangeConfig or BabilongConfig objects (validated early)."""
     configs = []
     for i, options in enumerate(suite.longrange or []):
         opts = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else dict(options)
         try:
-            configs.append(LongRangeConfig(**{"threads": threads, **opts}))
+            configs.append(longrange_config({"threads": threads, **opts}))
         except (TypeError, ValueError) as err:
             raise ConfigError(f"suite.longrange[{i}]: {err}") from None
     return configs
@@ -304,7 +321,7 @@ def result_row(run_dir: Path, spec_grid: Optional[dict[str, Any]] = None) -> dic
     for i, value in enumerate(row.get("bpb_by_segment") or []):
         row[f"bpb_seg_{i}"] = value
     row["gates_json"] = json.dumps(row.pop("gates", {}))
-    for task in ("passkey", "recall"):  # long-range rows: one JSON list per run (memzoo.analysis.longrange_table)
+    for task in ("passkey", "recall", "babilong"):  # long-range rows: one JSON list per run (memzoo.analysis.longrange_table)
         if task in row:
             row[f"{task}_json"] = json.dumps(row.pop(task))
     row["run_dir"] = str(run_dir)
@@ -344,7 +361,6 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
     to run_dir/progress.json."""
     import torch
 
-    from memzoo.running.longrange import LongRangeConfig, evaluate_longrange
     from memzoo.running.train import train
 
     if threads:
@@ -369,7 +385,7 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
             train(cfg, run_dir=stage_dir, on_step=progress, progress=False)
         done_before += int(cfg.train.steps)
     for options in longrange:
-        evaluate_longrange(path, LongRangeConfig(**options), resume=True, progress=False)
+        evaluate_stage(path, options)
     if longrange:
         (path / "longrange-done.json").write_text(json.dumps(_stages_signature(longrange)))
     return json.loads((path / "result.json").read_text())
