@@ -6,7 +6,7 @@ Questions are bAbI's: qa1 "Where is Mary?", qa2 "Where is the football?", qa3 "W
 football before the kitchen?"; the answer is read off the simulated world, never off the text.
 
 The background is sentences of a corpus (the embedded standard library's docstrings and comments, or
-any `data.source`: a file, a folder, `hf:pg19`), with every sentence that names a person, place or
+any `data.source`: a file, a folder, `hf:pg19`, its first HUB_DOCUMENTS documents), with every sentence that names a person, place or
 object of the world (or says "question"/"answer") dropped, so the facts are the only route to the
 answer. The facts sit in story order at sorted random byte depths within `depth` (fractions of the
 background); an input of `length` bytes holds them and as many whole background sentences as fit
@@ -39,6 +39,7 @@ DROPS = ("dropped", "discarded", "put down", "left")
 STORY_TASKS = ("qa1", "qa2", "qa3")
 DEFAULT_FACTS = {"qa1": (2, 8), "qa2": (4, 12), "qa3": (6, 16)}  # facts per story, inclusive
 SPLITS = ("train", "test")
+HUB_DOCUMENTS = 200  # documents read from an hf: background (PG-19 books: tens of MB)
 # Every word a background sentence must not contain (whole words, any case).
 _FORBIDDEN = re.compile(r"\b(" + "|".join((*PEOPLE, *PLACES, *OBJECTS, *TASK_LABELS["qa5"], "question", "answer"))
                         + r")\b", re.IGNORECASE)
@@ -214,7 +215,8 @@ def background_pool(source: str, split: str) -> tuple[str, ...]:
     the valid and test documents (train the rest), so the two never share a document."""
     from memzoo.data.corpus import load_documents, split_documents
 
-    cfg = DataConfig(source=source, min_doc_bytes=1)
+    # a hub corpus (hf:pg19) is streamed: its first documents are plenty of sentences
+    cfg = DataConfig(source=source, min_doc_bytes=1, max_docs=HUB_DOCUMENTS if source.startswith("hf:") else None)
     parts = split_documents(load_documents(cfg), cfg)
     docs = parts["train"] if split == "train" else parts["valid"] + parts["test"]
     pool = tuple(s for d in docs for s in _sentences(_prose(d.name, d.data, source)))

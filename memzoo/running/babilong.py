@@ -37,7 +37,7 @@ from memzoo.data.babilong import (QUESTION_TEMPLATE, Sample, check_task_name, le
 from memzoo.data.tasks import bytes_to_tensor
 from memzoo.running.evaluate import peak_rss_mb
 from memzoo.running.generate import StreamingDecoder
-from memzoo.running.longrange import _atomic_json, _merge_into_result, _method_of, weights_id
+from memzoo.running.longrange import _merge_into_result, _method_of, in_process, trained_run
 
 GENERATED = "generate"  # data=generate: the generator's test split, made in memory
 GENERATED_SAMPLES = 100  # samples per (task, length) when data=generate and max_samples is unset
@@ -104,7 +104,10 @@ def load_samples(cfg: BabilongConfig, task: str, length: str) -> list[Sample]:
     if cfg.data == GENERATED:
         count, story, n = cfg.max_samples or GENERATED_SAMPLES, cfg.story(), length_bytes(length)
         return [generate(task, n, "test", i, story).sample for i in range(count)]
-    return read_samples(cfg.data, task, length, cfg.max_samples)
+    samples = read_samples(cfg.data, task, length, cfg.max_samples)
+    if not samples:
+        raise ConfigError(f"--data {cfg.data!r} holds no {task} samples of length {length}; expected at least one")
+    return samples
 
 
 def answer_sample(model: MemoryModel, sample: Sample, cfg: BabilongConfig, precision: str = "fp32") -> str:
@@ -196,21 +199,9 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
     """Every (task, length) of `cfg` for the trained run in `run_dir`; returns this evaluation's rows,
     keeping them in RUN_DIR/babilong.jsonl and result.json after each. `model`: evaluate it in-process
     instead of loading the run (with isolate off)."""
-    from memzoo.running.checkpoints import load_trained
-
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    if not (run_dir / "checkpoint.pt").is_file():
-        raise FileNotFoundError(f"{run_dir} has no checkpoint.pt: train the run before evaluating it")
-    weights, method = weights_id(run_dir), _method_of(run_dir)
-    kept = read_rows(run_dir)
-    run_cfg = None
-    if not cfg.isolate:
-        run_cfg, loaded = load_trained(run_dir)
-        model = model or loaded
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+    run_dir, weights = trained_run(run_dir)
+    method, kept = _method_of(run_dir), read_rows(run_dir)
+    run_cfg, model = in_process(run_dir, cfg.isolate, cfg.threads, model)
     want = [(t, n, cfg.reset_before_question) for t in cfg.tasks for n in cfg.lengths]
     for task, length, _ in want:
         if resume and any(_key(r) == (task, length, cfg.reset_before_question) and r.get("status") == "ok"
