@@ -84,6 +84,25 @@ def test_facts_sit_in_order_at_the_requested_depth() -> None:
         assert 4096 - 220 <= len(text.encode()) <= 4096, "the input fills its length"
 
 
+def test_background_sentences_that_name_the_world_are_left_out(tmp_path) -> None:
+    """A background text full of the world's names (and of "question"/"answer") gives inputs whose
+    only mentions of people, places and objects are the facts."""
+    noisy = ["Mary went to the kitchen.", "The office was quiet today.", "A football rolled past.",
+             "Bill never answered the letter.", "That question stays open."]
+    clean = [f"Clean sentence {i} says nothing of the sort." for i in range(40)]
+    text = tmp_path / "noisy.txt"
+    text.write_text(" ".join(s for pair in zip(noisy * 8, clean) for s in pair))
+    settings = StorySettings(background=str(text))
+    for index in range(10):
+        g = generate("qa2", 700, "train", index, settings)
+        background = g.sample.input
+        for fact in g.story.facts:
+            background = background.replace(fact, "", 1)
+        assert "Clean sentence" in background
+        for word in (*PEOPLE, *PLACES, *OBJECTS, "Bill", "question", "answer"):
+            assert not re.search(rf"\b{word}\b", background, re.IGNORECASE), (word, background)
+
+
 def test_train_and_test_never_share_a_story() -> None:
     settings = StorySettings(facts=(2, 2))  # the smallest story space: collisions would show here first
     train = [generate("qa1", 0, "train", i, settings) for i in range(400)]
