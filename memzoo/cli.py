@@ -1,4 +1,5 @@
-"""The `memzoo` command: train, eval, compare, report, list, footprint, check, passkey, recall, generate."""
+"""The `memzoo` command: train, eval, compare, report, list, footprint, check, passkey, recall,
+babilong, babilong-generate, generate."""
 from __future__ import annotations
 
 import argparse
@@ -251,6 +252,58 @@ def cmd_longrange(args: argparse.Namespace) -> int:
     return 0
 
 
+def _names(what: str):
+    def parse(text: str) -> list[str]:
+        names = [x.strip() for x in text.split(",") if x.strip()]
+        if not names:
+            raise argparse.ArgumentTypeError(f"{what}: expected comma-separated names, got {text!r}")
+        return names
+    return parse
+
+
+def cmd_babilong(args: argparse.Namespace) -> int:
+    from memzoo.running.babilong import BabilongConfig, evaluate_babilong
+
+    cfg = BabilongConfig(data=args.data, tasks=args.tasks, lengths=args.lengths,
+                         reset_before_question=args.reset_before_question, max_samples=args.max_samples,
+                         segments_per_call=args.segments_per_call, answer_bytes=args.answer_bytes,
+                         isolate=not args.no_isolate, threads=args.threads, seed=args.seed, depth=args.depth,
+                         background=args.background)
+    rows = evaluate_babilong(args.run_dir, cfg, resume=not args.recompute, progress=not args.json)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    shown = [{"task": r["task"], "length": r["length"], "reset": "yes" if r["reset_before_question"] else "",
+              "official": "" if r.get("accuracy_official") is None else f"{r['accuracy_official']:.2f}",
+              "exact": "" if r.get("accuracy_exact") is None else f"{r['accuracy_exact']:.2f}", "n": r["n"],
+              "tokens_per_s": "" if r.get("tokens_per_s") is None else f"{r['tokens_per_s']:,.0f}",
+              "peak_rss_mb": "" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f}",
+              "status": r["status"][:90]} for r in rows]
+    _print_table(shown, ["task", "length", "reset", "official", "exact", "n", "tokens_per_s", "peak_rss_mb", "status"])
+    print(f"rows kept in {Path(args.run_dir) / 'babilong.jsonl'} and result.json")
+    return 0
+
+
+def cmd_babilong_generate(args: argparse.Namespace) -> int:
+    from memzoo.data.babi_stories import StorySettings, write_generated
+
+    settings = StorySettings(tuple(args.facts) if args.facts else None, tuple(args.depth), args.background, args.seed)
+    paths = write_generated(Path(args.out_dir), args.tasks, args.lengths, args.samples, args.split, settings)
+    print(f"wrote {len(paths)} files of {args.samples} samples ({args.split} split) under {args.out_dir}; "
+          f"evaluate with: memzoo babilong RUN_DIR --data {args.out_dir} --tasks {','.join(args.tasks)} "
+          f"--lengths {','.join(args.lengths)}")
+    return 0
+
+
+def _story_options(s: argparse.ArgumentParser) -> None:
+    """The generator's options (babilong-generate, and babilong with --data generate)."""
+    s.add_argument("--seed", type=int, default=0, help="the generator's seed (samples differ by seed)")
+    s.add_argument("--depth", type=_numbers(float, "--depth"), default=[0.0, 1.0],
+                   help="LO,HI: the facts' depths in the background, as fractions (default 0,1)")
+    s.add_argument("--background", default="stdlib",
+                   help="the background sentences' corpus: stdlib (docstrings and comments), a file, a folder, hf:NAME")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
@@ -339,6 +392,38 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training: the run's own recall-across-segments layout, queries LENGTH bytes after the pairs")
     s.add_argument("--reset-after-key", action="store_true",
                    help="with --layout training: reset the state right after the pairs' segment (the ablation)")
+
+    s = sub.add_parser("babilong", help="BABILong by streaming: official and exact-match accuracy per (task, length)")
+    s.add_argument("run_dir", help="a trained run folder (e.g. fine-tuned with task.name=babilong)")
+    s.add_argument("--data", required=True,
+                   help="hf:RMT-team/babilong, hf:RMT-team/babilong-1k-samples (or any dataset of that layout), a "
+                        "folder of LENGTH/TASK.json(l) files, or generate (the generator's test split)")
+    s.add_argument("--tasks", type=_names("--tasks"), default=["qa1"], help="comma-separated, e.g. qa1,qa2")
+    s.add_argument("--lengths", type=_names("--lengths"), default=["0k", "1k", "4k"],
+                   help="the dataset's length configs, comma-separated (default 0k,1k,4k; generate: bytes, 4k = 4096)")
+    s.add_argument("--reset-before-question", action="store_true",
+                   help="the ablation: reset the state before the question's segment (rows kept apart)")
+    s.add_argument("--max-samples", type=int, default=None, help="samples per (task, length) (default all; generate 100)")
+    s.add_argument("--segments-per-call", type=int, default=8, help="segments per model call while streaming")
+    s.add_argument("--answer-bytes", type=int, default=12, help="bytes generated after the question")
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    s.add_argument("--no-isolate", action="store_true", help="every (task, length) in this process (peak RSS cumulative)")
+    s.add_argument("--recompute", action="store_true", help="measure again what the run folder already holds")
+    s.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    _story_options(s)
+    s.set_defaults(fn=cmd_babilong)
+
+    s = sub.add_parser("babilong-generate", help="write generated BABILong-style samples: OUT_DIR/LENGTH/TASK.jsonl")
+    s.add_argument("out_dir")
+    s.add_argument("--tasks", type=_names("--tasks"), default=["qa1"], help="comma-separated, of qa1,qa2,qa3")
+    s.add_argument("--lengths", type=_names("--lengths"), default=["0k", "1k", "4k"],
+                   help="input bytes, comma-separated: 0k (facts only), 512, 1k, 4k, 1M")
+    s.add_argument("--samples", type=int, default=100, help="samples per (task, length)")
+    s.add_argument("--split", choices=["train", "test"], default="test")
+    s.add_argument("--facts", type=_numbers(int, "--facts"), default=None,
+                   help="FEWEST,MOST facts per story (default per task: qa1 2,8; qa2 4,12; qa3 6,16)")
+    _story_options(s)
+    s.set_defaults(fn=cmd_babilong_generate)
 
     s = sub.add_parser("generate", help="continue a prompt with a trained run (memory is read inside every segment)")
     s.add_argument("run_dir")

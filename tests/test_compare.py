@@ -251,7 +251,7 @@ def test_bad_longrange_stage_fails_before_training(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["quick", "presets", "paper-gpu", "longrange", "longrange-gpu", "longrange-answer-only",
-                                  "capacity"])
+                                  "capacity", "babilong"])
 def test_shipped_suites_expand(name: str) -> None:
     """Every shipped suite resolves into valid run configs (and long-range stages) for every method
     (capacity-gpu's 1,656 runs take a minute to resolve, so it is left out here)."""
@@ -273,6 +273,13 @@ def test_shipped_suites_expand(name: str) -> None:
                    * s.pretrain.model.segment_len <= suite.token_budget for s in specs)
         if name != "longrange-gpu":  # the CPU suites train on examples of at most 2,048 bytes (issue 10)
             assert max(max(c.task.lengths) for s in specs for c in s.chain[1:]) <= 2048
+    elif name == "babilong":  # stories trained up to 1,024 bytes, streamed to 16x that, with the reset ablation
+        from memzoo.data.babilong import length_bytes
+
+        assert all(c.task.name == "babilong" and c.task.loss == "answer" for s in specs for c in s.chain[1:])
+        assert max(max(c.task.lengths) for s in specs for c in s.chain[1:]) == 1024
+        assert max(length_bytes(n) for st in stages for n in st.lengths) == 16 * 1024
+        assert [st.reset_before_question for st in stages] == [False, True] and all(st.data == "generate" for st in stages)
     else:
         assert all(s.pretrain is None for s in specs) and stages == []
 

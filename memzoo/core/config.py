@@ -109,11 +109,22 @@ class EvalConfig:
 
 
 @dataclass
+class StoryTaskConfig:
+    """task.name=babilong: generated BABILong-style stories (memzoo.data.babi_stories); task.lengths are
+    the inputs' bytes (0: the facts alone)."""
+
+    tasks: list[str] = field(default_factory=lambda: ["qa1"])  # one drawn per example: qa1, qa2, qa3
+    facts: Optional[list[int]] = None  # [fewest, most] facts per story; None: each task's default
+    depth: list[float] = field(default_factory=lambda: [0.0, 1.0])  # the facts' depths in the background
+    background: str = "stdlib"  # the background sentences' corpus (a data.source)
+
+
+@dataclass
 class TaskConfig:
     """What a run trains on: the corpus (`lm`) or a synthetic task (memzoo.data.tasks), optionally
     starting from another run's weights (fine-tuning)."""
 
-    name: str = "lm"  # lm | passkey | recall
+    name: str = "lm"  # lm | passkey | recall | babilong
     init_from: Optional[str] = None  # a run folder whose trained weights to start from
     # True: take only the backbone's weights from init_from (e.g. one pretrained `local` transformer
     # shared by every method) and leave this memory's own parameters at their initialisation: a
@@ -146,6 +157,7 @@ class TaskConfig:
     # and the gap is counted from the last of them. 0 = no rewrites.
     rewrites: int = 0
     alphabet: int = 64  # recall across segments: keys and values drawn from this many bytes each (<= 64)
+    babilong: StoryTaskConfig = field(default_factory=StoryTaskConfig)
 
 
 @dataclass

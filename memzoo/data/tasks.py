@@ -24,6 +24,11 @@ of filler before its pairs. `rewrites`: R segments after the pairs' segment each
 value (in a new order, each value unlike the key's earlier ones); the answer is the latest value and
 the gap is counted from the last rewrite, so every scored answer was written exactly gap segments
 before its query and every stale value 1 to R segments earlier still.
+
+BABILong stories (`babilong`, memzoo.data.babi_stories): a generated qa1-qa3 story of `length` bytes
+of input, the question, and the answer " kitchen." (memzoo.data.babilong's templates); the story's
+task is drawn per example from task.babilong.tasks, and its seed from the step's stream, in the
+generator's train split.
 """
 from __future__ import annotations
 
@@ -33,6 +38,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from memzoo.core.config import ConfigError
+from memzoo.data.babi_stories import StorySettings, generate
 from memzoo.data.corpus import Batch
 
 PREAMBLE = (
@@ -44,7 +51,7 @@ KEY_SENTENCE = " The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = " What is the pass key? The pass key is"
 ANSWER = " {key}."
 
-TASKS = ("lm", "passkey", "recall")
+TASKS = ("lm", "passkey", "recall", "babilong")
 
 
 @dataclass
@@ -361,8 +368,10 @@ def check_task(task, segment_len: int | None = None) -> None:
         raise ValueError(f"task.name={task.name!r}; expected one of {', '.join(TASKS)}")
     if task.loss not in ("answer", "all"):
         raise ValueError(f"task.loss={task.loss!r}; expected answer or all")
-    if task.name != "lm" and (not task.lengths or min(task.lengths) < 1):
-        raise ValueError(f"task.lengths={list(task.lengths or [])}; expected a non-empty list of positive lengths")
+    shortest = 0 if task.name == "babilong" else 1  # babilong: 0 = the facts alone
+    if task.name != "lm" and (not task.lengths or min(task.lengths) < shortest):
+        raise ValueError(f"task.lengths={list(task.lengths or [])}; expected a non-empty list of "
+                         f"{'byte counts >= 0' if shortest == 0 else 'positive lengths'}")
     if not 1 <= task.key_digits <= 18:
         raise ValueError(f"task.key_digits={task.key_digits}; expected 1..18")
     if task.init_backbone_only and not task.init_from:
@@ -381,6 +390,11 @@ def check_task(task, segment_len: int | None = None) -> None:
         for length in task.lengths if segment_len is not None else []:
             for k in back:  # raises naming the impossible (length, k)
                 passkey_prompt_back(length, k, "1" * task.key_digits, segment_len, torch.Generator().manual_seed(0))
+    if task.name == "babilong":
+        try:
+            story_settings(task).check(list(task.babilong.tasks), list(task.lengths))
+        except ConfigError as err:
+            raise ValueError(f"task.babilong: {err}") from None
     if task.name == "recall" and task.gap_segments:
         if segment_len is not None:
             check_segment_recall(segment_len, task.pairs, task.queries, task.gap_segments, task.local_queries,
@@ -397,6 +411,12 @@ def check_task(task, segment_len: int | None = None) -> None:
         raise ValueError(f"task.gap_segments={task.gap_segments} is for task.name=recall; got {task.name!r}")
 
 
+def story_settings(task, seed: int = 0) -> StorySettings:
+    """The generator's settings from a task config's `babilong` section."""
+    b = task.babilong
+    return StorySettings(tuple(b.facts) if b.facts is not None else None, tuple(b.depth), str(b.background), seed)
+
+
 class TaskSampler:
     """Fine-tuning batches of a synthetic task, deterministic in (seed, step) like WindowSampler.
 
@@ -409,12 +429,21 @@ class TaskSampler:
         check_task(task, segment_len)
         self.task, self.n, self.seed = task, segment_len, seed
         # recall across segments reads its config once: OmegaConf access costs more than the batch itself
+        self._story = story_settings(task, seed) if task.name == "babilong" else None
         self._recall_args = ((task.pairs, task.queries, task.gap_segments, task.local_queries, task.alphabet, task.loss,
                               task.min_gap_segments, task.rewrites)
                              if task.name == "recall" and task.gap_segments else None)
 
     def example(self, gen: torch.Generator, length: int) -> tuple[bytes, list[int]]:
         """(sequence bytes, positions whose next byte is an answer byte)."""
+        if self._story is not None:
+            stories = list(self.task.babilong.tasks)
+            qa = stories[int(torch.randint(len(stories), (1,), generator=gen))]
+            index = int(torch.randint(2**62, (1,), generator=gen))  # the story's seed within the train split
+            sample = generate(qa, length, "train", index, self._story).sample
+            prompt = sample.prompt()
+            seq = prompt + sample.answer()
+            return seq, list(range(len(prompt) - 1, len(seq) - 1))
         if self.task.name == "passkey":
             if self.task.key_segments_back:
                 back = list(self.task.key_segments_back)

@@ -31,6 +31,9 @@ from memzoo.running.reach import max_reach_segments
 # Keys that change neither the weights nor the results: a change in them does not make a stage stale.
 BOOKKEEPING = ("train.threads", "train.checkpoint_every", "train.log_every")
 BOOKKEEPING_SECTIONS = ("log",)  # where metrics go (log.tracker, its project and group)
+# Sections added after reference rows were shipped: hashed only where set away from their defaults,
+# so the rows of runs that never use them keep their hash.
+HASHED_WHEN_SET = ("task.min_gap_segments", "task.rewrites", "task.babilong")
 
 
 def stage_overrides(finetune: Any) -> list[Any]:
@@ -88,9 +91,6 @@ def stages_within_reach(first: DictConfig, finetune: Any) -> list[Any]:
 
 # Keys added after reference rows were shipped, at the value that trains what runs without them
 # trained: omitted from config_hash there, so the shipped rows stay the runs their suites make.
-NEUTRAL_DEFAULTS = {"task.min_gap_segments": 0, "task.rewrites": 0}
-
-
 def _comparable(cfg: DictConfig) -> dict[str, Any]:
     """A run config as a plain dict under the current schema (keys added since take their defaults),
     without the bookkeeping keys."""
@@ -109,9 +109,10 @@ def config_hash(cfg: DictConfig) -> str:
     (out_dir, and init_from reduced to the folder's name), so the same run hashes alike anywhere."""
     out = _comparable(cfg)
     out.pop("out_dir", None)
-    for key, neutral in NEUTRAL_DEFAULTS.items():
+    defaults = OmegaConf.to_container(OmegaConf.structured(RunConfig))
+    for key in HASHED_WHEN_SET:
         section, leaf = key.split(".")
-        if out.get(section, {}).get(leaf, neutral) == neutral:
+        if out.get(section, {}).get(leaf, defaults[section][leaf]) == defaults[section][leaf]:
             out.get(section, {}).pop(leaf, None)
     task = out.get("task", {})
     if task.get("init_from"):

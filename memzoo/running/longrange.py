@@ -311,6 +311,29 @@ def weights_id(run_dir: Path) -> str:
     return digest.hexdigest()[:12]
 
 
+def trained_run(run_dir: str | Path) -> tuple[Path, str]:
+    """The run folder, checked to hold a config and a checkpoint, and its weights' fingerprint."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
+    if not (run_dir / "checkpoint.pt").is_file():
+        raise FileNotFoundError(f"{run_dir} has no checkpoint.pt: train the run before evaluating it")
+    return run_dir, weights_id(run_dir)
+
+
+def in_process(run_dir: Path, isolate: bool, threads: int, model: Optional[MemoryModel]) -> tuple[Any, Optional[MemoryModel]]:
+    """(run config, model) to evaluate in this process, torch threads set; (None, model) when every
+    length runs in its own process. `model`: evaluate it instead of the run's trained one."""
+    from memzoo.running.checkpoints import load_trained
+
+    if isolate:
+        return None, model
+    run_cfg, loaded = load_trained(run_dir)
+    if threads:
+        torch.set_num_threads(threads)
+    return run_cfg, model or loaded
+
+
 def _reusable(row: dict[str, Any], cfg: LongRangeConfig, weights: str) -> bool:
     """Measured with these settings and weights, the same arm of the reset ablation, and not out of
     a budget smaller than this one."""
@@ -341,22 +364,10 @@ def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool =
     per (length, depth) for passkey, per length for recall), keeping them in RUN_DIR/TASK.json and
     the run's result.json after each length. `model`: evaluate this model in-process instead of
     loading the run (with isolate off)."""
-    from memzoo.running.checkpoints import load_trained
-
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    if not (run_dir / "checkpoint.pt").is_file():
-        raise FileNotFoundError(f"{run_dir} has no checkpoint.pt: train the run before evaluating it")
-    weights = weights_id(run_dir)
+    run_dir, weights = trained_run(run_dir)
     store = run_dir / f"{cfg.task}.json"
     kept: list[dict[str, Any]] = json.loads(store.read_text()) if store.is_file() else []
-    run_cfg = None
-    if not cfg.isolate:
-        run_cfg, loaded = load_trained(run_dir)
-        model = model or loaded
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+    run_cfg, model = in_process(run_dir, cfg.isolate, cfg.threads, model)
     method = _method_of(run_dir)
     for length in tqdm(cfg.lengths, desc=f"{cfg.task} {run_dir.name}", disable=not progress, dynamic_ncols=True):
         if resume and _done(kept, length, cfg, weights):

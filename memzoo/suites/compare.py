@@ -64,8 +64,9 @@ class SuiteConfig:
     # a memory whose window cannot bridge a stage's largest gap (memzoo.running.reach) stops at the stage before.
     stop_at_reach: bool = False
     # Optional last stage: long-range evaluations of each run, a list of memzoo.running.longrange.LongRangeConfig
-    # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]), or with task: distance of
-    # memzoo.running.distance.DistanceConfig options (recall at gaps); their rows join the results table.
+    # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]), with task: distance of
+    # memzoo.running.distance.DistanceConfig options (recall at gaps), or with task: babilong of
+    # memzoo.running.babilong.BabilongConfig options; their rows join the results table.
     longrange: Any = field(default_factory=list)
     # Cluster settings for `--launcher slurm|submitit-local` (memzoo.suites.launchers.LauncherConfig):
     # partition, account, gpus_per_node, cpus_per_task, mem_gb, timeout_min, additional, setup, ...
@@ -281,25 +282,30 @@ def backbone_specs(suite: DictConfig) -> list[RunSpec]:
 
 
 def evaluation_config(options: dict[str, Any]) -> Any:
-    """One `longrange:` entry as its config: DistanceConfig for task distance, else LongRangeConfig."""
+    """One `longrange:` entry as its config: DistanceConfig for task distance, BabilongConfig for task
+    babilong, else LongRangeConfig."""
+    from memzoo.running.babilong import BabilongConfig
     from memzoo.running.distance import DistanceConfig
     from memzoo.running.longrange import LongRangeConfig
 
-    return (DistanceConfig if options.get("task") == "distance" else LongRangeConfig)(**options)
+    kinds = {"distance": DistanceConfig, "babilong": BabilongConfig}
+    return kinds.get(options.get("task"), LongRangeConfig)(**options)
 
 
 def run_evaluation(run_dir: Path, options: dict[str, Any]) -> None:
     """One `longrange:` entry on a trained run, resuming what it already measured."""
+    from memzoo.running.babilong import evaluate_babilong
     from memzoo.running.distance import evaluate_distance
     from memzoo.running.longrange import evaluate_longrange
 
     cfg = evaluation_config(options)
-    evaluate = evaluate_distance if cfg.task == "distance" else evaluate_longrange
+    evaluate = {"distance": evaluate_distance, "babilong": evaluate_babilong}.get(cfg.task, evaluate_longrange)
     evaluate(run_dir, cfg, resume=True, progress=False)
 
 
 def longrange_configs(suite: DictConfig, threads: int = 0) -> list[Any]:
-    """The suite's long-range evaluations as LongRangeConfig / DistanceConfig objects (validated early)."""
+    """The suite's long-range evaluations as LongRangeConfig, DistanceConfig or BabilongConfig objects
+    (validated early)."""
     configs = []
     for i, options in enumerate(suite.longrange or []):
         opts = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else dict(options)
@@ -361,7 +367,7 @@ def result_row(run_dir: Path, spec_grid: Optional[dict[str, Any]] = None) -> dic
     for i, value in enumerate(row.get("bpb_by_segment") or []):
         row[f"bpb_seg_{i}"] = value
     row["gates_json"] = json.dumps(row.pop("gates", {}))
-    for task in ("passkey", "recall", "distance"):  # long-range rows: one JSON list per run (memzoo.analysis.longrange_table)
+    for task in ("passkey", "recall", "distance", "babilong"):  # long-range rows: one JSON list per run (memzoo.analysis.longrange_table)
         if task in row:
             row[f"{task}_json"] = json.dumps(row.pop(task))
     row["run_dir"] = str(run_dir)
