@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from memzoo.running.curriculum import config_hash
 from memzoo.suites.compare import expand, load_suite
-from memzoo.suites.references import SHIPPED_SUITES, freeze, load_index, load_references, stale_rows
+from memzoo.suites.references import SHIPPED_SUITES, _cpu_hours, freeze, load_index, load_references, stale_rows
 
 
 @pytest.mark.parametrize("suite", SHIPPED_SUITES)
@@ -62,6 +62,28 @@ def test_freeze_ships_matching_rows_and_refuses_a_changed_config(tmp_path: Path)
     assert set(shipped["config_hash"]) == {config_hash(s.cfg) for s in specs[1:]}
     index = json.loads((out / "index.json").read_text())["quick"]
     assert index["rows"] == len(specs) - 1 and index["methods"] == ["local"]
+
+
+def test_training_hours_follow_each_run_back_through_its_stages(tmp_path: Path) -> None:
+    """A curriculum run's hours include the stages it started from (its init_from chain), each counted once."""
+    spec = expand(load_suite("quick", ["methods=[local]"]))[0]
+
+    def stage(name: str, seconds: float, parent: Path | None) -> Path:
+        run = tmp_path / name
+        run.mkdir()
+        cfg = spec.cfg.copy()
+        cfg.task.init_from = str(parent) if parent else None
+        (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        (run / "result.json").write_text(json.dumps({"train_tokens": 100.0 * seconds, "train_tokens_per_s": 100.0}))
+        return run
+
+    c0 = stage("c0", 1800, None)
+    a = stage("a", 3600, stage("c1", 1800, c0))
+    b = stage("b", 3600, c0)  # shares c0 with a: counted once
+    assert _cpu_hours([a]) == 2.0
+    assert _cpu_hours([a, b]) == 3.0
+    (c0 / "result.json").unlink()
+    assert _cpu_hours([a]) is None  # a stage without its result: unknown, not undercounted
 
 
 def test_config_hash_ignores_folders_but_not_what_is_trained() -> None:

@@ -97,18 +97,29 @@ def freeze(results: Path, suite: str, out_dir: Optional[Path] = None) -> Frozen:
         "rows": len(shipped),
         "methods": sorted(shipped["method"].unique().tolist()),
         "seeds": sorted(int(s) for s in shipped["seed"].unique()),
-        "train_cpu_hours": _cpu_hours(shipped),
+        "train_cpu_hours": _cpu_hours([Path(str(table.loc[i, "run_dir"])) for i in keep]),
     }
     (out / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     return Frozen(len(shipped), refused)
 
 
-def _cpu_hours(rows: pd.DataFrame) -> Optional[float]:
-    """Training tokens over training throughput, summed (wall hours of one job each; None if unknown)."""
-    if not {"train_tokens", "train_tokens_per_s"} <= set(rows.columns):
-        return None
-    seconds = (rows["train_tokens"] / rows["train_tokens_per_s"]).sum()
-    return round(float(seconds) / 3600, 2)
+def _cpu_hours(run_dirs: list[Path]) -> Optional[float]:
+    """Training hours of the shipped runs, each with every stage it started from (its `task.init_from`
+    chain: pretraining, curriculum stages), as training tokens over training throughput summed: the
+    wall hours of one job each. None when a stage's result lacks them."""
+    seconds, seen = 0.0, set()
+    for run_dir in run_dirs:
+        stage: Optional[Path] = Path(run_dir)
+        while stage is not None and stage.resolve() not in seen:
+            seen.add(stage.resolve())
+            try:
+                result = json.loads((stage / "result.json").read_text())
+                seconds += float(result["train_tokens"]) / float(result["train_tokens_per_s"])
+            except (FileNotFoundError, KeyError, TypeError, ValueError, ZeroDivisionError):
+                return None
+            parent = saved_run_config(stage / "config.yaml").task.init_from
+            stage = Path(str(parent)) if parent else None
+    return round(seconds / 3600, 2)
 
 
 def stale_rows(suite: str) -> dict[str, str]:
