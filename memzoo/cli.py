@@ -1,4 +1,4 @@
-"""The `memzoo` command: train, eval, compare, report, list, footprint, check, passkey, recall,
+"""The `memzoo` command: train, eval, compare, report, list, footprint, check, passkey, recall, distance,
 babilong, babilong-generate, generate."""
 from __future__ import annotations
 
@@ -228,27 +228,55 @@ def cmd_longrange(args: argparse.Namespace) -> int:
         options.update(depths=args.depths, key_digits=args.key_digits, reset_after_key=args.reset_after_key)
     else:
         options.update(pairs=args.pairs, queries=args.queries, layout=args.layout, reset_after_key=args.reset_after_key)
+    cfg = _evaluation_config(LongRangeConfig, **options)
+    rows = evaluate_longrange(args.run_dir, cfg, resume=not args.recompute, progress=not args.json)
+
+    def shown(r: dict) -> dict:
+        return {"length": f"{r['length']:,}", "depth": "" if r.get("depth") is None else r["depth"],
+                "segments_back": r.get("key_segments_back", ""), "accuracy": _fmt(r.get("accuracy"), ".2f"),
+                "tokens_per_s": _fmt(r.get("tokens_per_s"), ",.0f"), "peak_rss_mb": _fmt(r.get("peak_rss_mb"), ",.0f"),
+                "status": r["status"][:90]}
+
+    cols = ["length", "depth", "segments_back", "accuracy", "tokens_per_s", "peak_rss_mb", "status"]
+    return _show_rows(args, rows, shown, cols if args.command == "passkey" else [c for c in cols if c != "segments_back"],
+                      f"{args.command}.json")
+
+
+def cmd_distance(args: argparse.Namespace) -> int:
+    from memzoo.running.distance import DistanceConfig, evaluate_distance
+
+    cfg = _evaluation_config(DistanceConfig, gaps=args.gaps, trials=args.trials, seed=args.seed, reset=not args.no_reset,
+                             segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
+                             memory_limit_mb=args.memory_limit_mb, threads=args.threads)
+    rows = evaluate_distance(args.run_dir, cfg, resume=not args.recompute, progress=not args.json)
+
+    def shown(r: dict) -> dict:
+        return {"gap": f"{r['gap_segments']:,}", "reset": "yes" if r["reset_after_pairs"] else "",
+                "accuracy": _fmt(r.get("recall_accuracy"), ".3f"), "chance": _fmt(r.get("recall_chance"), ".3f"),
+                "stale": _fmt(r.get("recall_stale"), ".3f"), "status": str(r["status"])[:90]}
+
+    return _show_rows(args, rows, shown, ["gap", "reset", "accuracy", "chance", "stale", "status"], "distance.json")
+
+
+def _evaluation_config(kind, **options):
+    """An evaluation's config dataclass; its ValueError becomes the one-line configuration error."""
     try:
-        cfg = LongRangeConfig(**options)
+        return kind(**options)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    rows = evaluate_longrange(args.run_dir, cfg, resume=not args.recompute, progress=not args.json)
+
+
+def _fmt(value, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def _show_rows(args: argparse.Namespace, rows: list[dict], shown, cols: list[str], kept: str) -> int:
+    """An evaluation's rows: as JSON with --json, else a table and where the rows are kept."""
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    shown = []
-    for r in rows:
-        shown.append({
-            "length": f"{r['length']:,}", "depth": "" if r.get("depth") is None else r["depth"],
-            "segments_back": r.get("key_segments_back", ""),
-            "accuracy": "" if r.get("accuracy") is None else f"{r['accuracy']:.2f}",
-            "tokens_per_s": "" if r.get("tokens_per_s") is None else f"{r['tokens_per_s']:,.0f}",
-            "peak_rss_mb": "" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f}",
-            "status": r["status"][:90],
-        })
-    cols = ["length", "depth", "segments_back", "accuracy", "tokens_per_s", "peak_rss_mb", "status"]
-    _print_table(shown, cols if args.command == "passkey" else [c for c in cols if c != "segments_back"])
-    print(f"rows kept in {Path(args.run_dir) / (args.command + '.json')} and result.json")
+    _print_table([shown(r) for r in rows], cols)
+    print(f"rows kept in {Path(args.run_dir) / kept} and result.json")
     return 0
 
 
@@ -329,16 +357,21 @@ def _longrange_parser(sub, name: str, help_text: str, default_lengths: str):
     s.add_argument("--lengths", type=_numbers(int, "--lengths"), default=_numbers(int, "")(default_lengths),
                    help=f"prompt lengths in bytes, comma-separated (default {default_lengths})")
     s.add_argument("--trials", type=int, default=1, help="examples per length (and depth); one batch per length")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--segments-per-call", type=int, default=8, help="segments per model call while streaming")
-    s.add_argument("--time-limit", type=float, default=900.0, help="seconds per length before 'out of budget' (0: none)")
-    s.add_argument("--memory-limit-mb", type=float, default=None, help="resident MB before 'out of budget' (default 60%% of RAM)")
-    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     s.add_argument("--no-isolate", action="store_true", help="run every length in this process (peak RSS is then cumulative)")
-    s.add_argument("--recompute", action="store_true", help="re-evaluate lengths already in the run folder")
-    s.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    _stream_options(s, segments_per_call=8, time_limit="seconds per length before 'out of budget' (0: none)")
     s.set_defaults(fn=cmd_longrange)
     return s
+
+
+def _stream_options(s: argparse.ArgumentParser, segments_per_call: int, time_limit: str) -> None:
+    """The options every streamed evaluation (passkey, recall, distance) shares."""
+    s.add_argument("--seed", type=int, default=0, help="the examples' seed (the same examples for every run)")
+    s.add_argument("--segments-per-call", type=int, default=segments_per_call, help="segments per model call while streaming")
+    s.add_argument("--time-limit", type=float, default=900.0, help=time_limit)
+    s.add_argument("--memory-limit-mb", type=float, default=None, help="resident MB before 'out of budget' (default 60%% of RAM)")
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    s.add_argument("--recompute", action="store_true", help="measure again what the run folder already holds")
+    s.add_argument("--json", action="store_true", help="print the rows as a JSON list")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -392,6 +425,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training: the run's own recall-across-segments layout, queries LENGTH bytes after the pairs")
     s.add_argument("--reset-after-key", action="store_true",
                    help="with --layout training: reset the state right after the pairs' segment (the ablation)")
+
+    s = sub.add_parser("distance", help="recall of a recall-trained run at each gap (segments from the last write), streamed")
+    s.add_argument("run_dir", help="a run trained on task recall (e.g. a distance suite's run)")
+    s.add_argument("--gaps", type=_numbers(int, "--gaps"), default=[1, 2, 4, 8, 16, 64, 256, 1024, 4096],
+                   help="gaps in segments, comma-separated (default the distance suite's 1..4096)")
+    s.add_argument("--trials", type=int, default=64, help="examples per gap (the same for every run at a seed)")
+    s.add_argument("--no-reset", action="store_true", help="skip the reset ablation (the state reset after the last write)")
+    _stream_options(s, segments_per_call=64, time_limit="seconds for the whole stream before 'out of budget' (0: none)")
+    s.set_defaults(fn=cmd_distance)
 
     s = sub.add_parser("babilong", help="BABILong by streaming: official and exact-match accuracy per (task, length)")
     s.add_argument("run_dir", help="a trained run folder (e.g. fine-tuned with task.name=babilong)")

@@ -267,7 +267,7 @@ def stage_gap(cfg, first: Optional[int]) -> tuple:
 
 
 def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_stage(tmp_path: Path,
-                                                                                    monkeypatch) -> None:
+                                                                                    monkeypatch, capsys) -> None:
     path = tmp_path / "dist.yaml"
     path.write_text(f"out_dir: {tmp_path / 'results'}\n" + textwrap.dedent(SUITE))
     suite = load_suite(str(path))
@@ -298,6 +298,13 @@ def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_st
     calls.clear()
     _worker(*args)  # everything done: nothing trained, nothing measured again
     assert calls == [] and json.loads((final / "distance.json").read_text()) == rows
+
+    # `memzoo distance RUN_DIR` with the suite's settings reads the same rows back, measuring nothing.
+    from memzoo.cli import main
+    assert main(["distance", str(final), "--gaps", "1,4,16", "--trials", "2", "--segments-per-call", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == rows and json.loads((final / "distance.json").read_text()) == rows
+    assert main(["distance", str(final), "--gaps", "4,0"]) == 2
+    assert "gaps=[4, 0]" in capsys.readouterr().err
 
     # A stream past its budget keeps the gaps it reached; the rest are out of budget, and stay so.
     class Budget(_Meter):
