@@ -2,6 +2,8 @@
 shipped references, the report holds both, and a second run trains nothing."""
 from __future__ import annotations
 
+import json
+import math
 import re
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 from memzoo.cli import main
 from memzoo.core.plugins import unregister_memory
 from memzoo.suites.references import load_references
+from memzoo.suites.scorecard import SuiteScore, rank_table, recall_past_training, score_table
 from test_readme import readme_plugin_source
 
 # One step of a one-layer model on 40 documents: the plumbing, not the numbers.
@@ -54,3 +57,22 @@ def test_scorecard_names_a_plugin_that_registers_nothing(tmp_path: Path, capsys)
     empty.write_text("x = 1\n")
     assert main(["scorecard", str(empty), "--out", str(tmp_path / "o")]) == 2
     assert "registers no memory" in capsys.readouterr().err
+
+
+def test_distance_is_scored_on_what_a_memory_carries_past_its_training_gap_per_variant(tmp_path: Path) -> None:
+    """Every memory is near 1.0 at its trained gaps, so `distance` ranks on the mean recall over the
+    streamed gaps beyond them (reset rows and out-of-budget gaps left out); a grid inside a method
+    (infini-delta's two normalisers) is ranked as two entries, not pooled."""
+    rows = [{"gap_segments": g, "trained_gap": 8, "reset_after_pairs": reset, "recall_accuracy": acc}
+            for g, acc in ((4, 1.0), (8, 1.0), (16, 0.5), (64, 0.25), (256, None)) for reset in (False, True)]
+    for r in rows:
+        if r["reset_after_pairs"] and r["recall_accuracy"] is not None:
+            r["recall_accuracy"] = 0.9  # the ablation never counts
+    assert recall_past_training(json.dumps(rows)) == pytest.approx(0.375)
+    assert math.isnan(recall_past_training(json.dumps(rows[:4])))  # nothing past the trained gap
+    shipped = load_references("distance")
+    table, paired = score_table("distance", shipped)
+    ranked = rank_table(SuiteScore("distance", table, tmp_path), ["infini-delta"])
+    order = list(ranked["variant"])
+    assert paired and len(order) == len(shipped) and order[-1] == "local"
+    assert order.index("infini-delta normalizer=paper") < order.index("infini-delta normalizer=gamma")
