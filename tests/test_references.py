@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from memzoo.running.curriculum import config_hash
 from memzoo.suites.compare import expand, load_suite
-from memzoo.suites.references import SHIPPED_SUITES, _cpu_hours, freeze, load_index, load_references, stale_rows
+from memzoo.suites.references import SHIPPED_SUITES, training_hours, freeze, load_index, load_references, stale_rows
 
 
 @pytest.mark.parametrize("suite", SHIPPED_SUITES)
@@ -80,10 +80,10 @@ def test_training_hours_follow_each_run_back_through_its_stages(tmp_path: Path) 
     c0 = stage("c0", 1800, None)
     a = stage("a", 3600, stage("c1", 1800, c0))
     b = stage("b", 3600, c0)  # shares c0 with a: counted once
-    assert _cpu_hours([a]) == 2.0
-    assert _cpu_hours([a, b]) == 3.0
+    assert training_hours([a]) == 2.0
+    assert training_hours([a, b]) == 3.0
     (c0 / "result.json").unlink()
-    assert _cpu_hours([a]) is None  # a stage without its result: unknown, not undercounted
+    assert training_hours([a]) is None  # a stage without its result: unknown, not undercounted
 
 
 def test_config_hash_ignores_folders_but_not_what_is_trained() -> None:

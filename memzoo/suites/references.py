@@ -97,13 +97,13 @@ def freeze(results: Path, suite: str, out_dir: Optional[Path] = None) -> Frozen:
         "rows": len(shipped),
         "methods": sorted(shipped["method"].unique().tolist()),
         "seeds": sorted(int(s) for s in shipped["seed"].unique()),
-        "train_cpu_hours": _cpu_hours([Path(str(table.loc[i, "run_dir"])) for i in keep]),
+        "traintraining_hours": training_hours([Path(str(table.loc[i, "run_dir"])) for i in keep]),
     }
     (out / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     return Frozen(len(shipped), refused)
 
 
-def _cpu_hours(run_dirs: list[Path]) -> Optional[float]:
+def training_hours(run_dirs: list[Path]) -> Optional[float]:
     """Training hours of the shipped runs, each with every stage it started from (its `task.init_from`
     chain: pretraining, curriculum stages), as training tokens over training throughput summed: the
     wall hours of one job each. None when a stage's result lacks them."""

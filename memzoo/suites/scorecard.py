@@ -22,7 +22,7 @@ from memzoo.analysis.recipes import variant_labels
 from memzoo.analysis.stats import compare_groups
 from memzoo.core.config import ConfigError
 from memzoo.suites.compare import load_suite, run_suite
-from memzoo.suites.references import SHIPPED_SUITES, load_index, load_references, memzoo_version
+from memzoo.suites.references import SHIPPED_SUITES, load_index, load_references, memzoo_version, training_hours
 from memzoo.suites.report import table_md, write_report
 
 # What each suite is scored on, and which way is better. In `distance` every memory is at about 1.0
@@ -55,9 +55,10 @@ class SuiteScore:
 
 
 def _train_hours(rows: pd.DataFrame) -> float:
-    if rows.empty or not {"train_tokens", "train_tokens_per_s"} <= set(rows.columns):
+    """The plugin's runs' training hours, every curriculum stage included (0 when unknown)."""
+    if rows.empty or "run_dir" not in rows.columns:
         return 0.0
-    return float((rows["train_tokens"] / rows["train_tokens_per_s"]).sum()) / 3600
+    return training_hours([Path(str(d)) for d in rows["run_dir"]]) or 0.0
 
 
 def score_suite(suite_name: str, methods: list[str], imports: list[str], out_dir: Path, seeds: Optional[int],
