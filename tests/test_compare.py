@@ -319,3 +319,18 @@ def test_suite_progress_without_a_terminal_prints_lines_not_redraws() -> None:
     quiet = io.StringIO()
     SuiteProgress("s", 20, 0, 2, 0, enabled=False, stream=quiet).run_finished("a", True)
     assert quiet.getvalue() == ""
+
+
+def test_overrides_reach_into_a_suite_list_by_index() -> None:
+    """`longrange.0.trials=32` (the cheaper stream the distance suite's file suggests) sets that
+    entry's key and keeps the rest of the entry; an index past the list, or an unreadable value, is
+    one error naming the override."""
+    base = load_suite("distance")
+    suite = load_suite("distance", ["longrange.0.trials=32", "longrange.0.gaps=[1,4]", "seeds=[0]"])
+    entry = dict(suite.longrange[0])
+    assert entry == {**dict(base.longrange[0]), "trials": 32, "gaps": [1, 4]}
+    assert list(suite.seeds) == [0] and list(suite.methods) == list(base.methods)
+    with pytest.raises(ConfigError, match=r"longrange\.9\.trials=3.*existing entry"):
+        load_suite("distance", ["longrange.9.trials=3"])
+    with pytest.raises(ConfigError, match=r"longrange\.0\.trials=\[1"):
+        load_suite("distance", ["longrange.0.trials=[1"])

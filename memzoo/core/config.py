@@ -227,6 +227,32 @@ def _parse_overrides(overrides: list[str]) -> DictConfig:
         raise _override_error(list(overrides), err) from None
 
 
+def split_indexed(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """(plain overrides, those that reach into a list by index, such as `longrange.0.trials=32`).
+    The second kind cannot be merged as a mapping: `apply_indexed` sets them on the merged config."""
+    def indexed(item: str) -> bool:
+        return any(part.strip().isdigit() for part in item.partition("=")[0].split("."))
+    return [o for o in overrides if not indexed(o)], [o for o in overrides if indexed(o)]
+
+
+def apply_indexed(cfg: DictConfig, overrides: list[str], where: str) -> DictConfig:
+    """Set `key.N.sub=value` overrides on a merged config, in order; an index past the list's end
+    or a key the entry cannot take is a ConfigError naming the override."""
+    for item in overrides:
+        key, _, text = item.partition("=")
+        try:
+            value = _parse_overrides([f"value={text}"]).value
+        except ConfigError:
+            raise _override_error([item], ValueError(text)) from None
+        try:
+            OmegaConf.update(cfg, key, value, merge=True)
+        except (OmegaConfBaseException, TypeError, ValueError) as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ConfigError(f"bad config {where}: override {item!r} ({first}); "
+                              "an index must name an existing entry of the list") from None
+    return cfg
+
+
 def _override_error(overrides: list[str], err: BaseException) -> ConfigError:
     """The ConfigError for overrides that failed to parse together: the first item that fails alone
     (its value), else the first that does not fit those before it."""

@@ -24,7 +24,8 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from memzoo.core.config import ConfigError, RunConfig, _load_yaml_chain, _merge_checked, _parse_overrides, preset_path, to_yaml
+from memzoo.core.config import (ConfigError, RunConfig, _load_yaml_chain, _merge_checked, _parse_overrides, apply_indexed,
+                                preset_path, split_indexed, to_yaml)
 from memzoo.running.configure import load_config, resolve
 from memzoo.running.curriculum import (config_matches, finetune_chain, finished, prepare_stage, stage_overrides,
                                        stages_within_reach)
@@ -110,9 +111,10 @@ def load_suite(name_or_path: Optional[str] = "quick", overrides: Optional[list[s
     if path is None or not path.is_file():
         path = preset_path(f"suites/{name_or_path or 'quick'}")
     layers: list[Any] = [_load_yaml_chain(path)]
-    if overrides:
-        layers.append(_parse_overrides(list(overrides)))
-    suite = _merge_checked(schema, *layers, where="suite")
+    plain, indexed = split_indexed(list(overrides or []))
+    if plain:
+        layers.append(_parse_overrides(plain))
+    suite = apply_indexed(_merge_checked(schema, *layers, where="suite"), indexed, where="suite")
     if suite.jobs < 1:
         raise ConfigError(f"suite.jobs={suite.jobs}; expected >= 1")
     return suite
