@@ -171,12 +171,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_references(args: argparse.Namespace) -> int:
-    from memzoo.suites.references import SHIPPED_SUITES, freeze, load_index, load_references
+    from memzoo.suites.references import HOURS, SHIPPED_SUITES, freeze, load_index, load_references
 
     if args.freeze:
         if not args.suite:
             raise ConfigError(f"--freeze needs the suite the results belong to, one of {SHIPPED_SUITES}")
-        frozen = freeze(Path(args.freeze), args.suite)
+        frozen = freeze(Path(args.freeze), args.suite, add=args.add)
         print(f"shipped {frozen.rows} rows of {args.suite}")
         for name, why in frozen.refused.items():
             print(f"  not shipped: {name}: {why}")
@@ -189,7 +189,7 @@ def cmd_references(args: argparse.Namespace) -> int:
             continue
         rows = load_references(suite)
         print(f"{suite}: {meta['rows']} rows, seeds {meta['seeds']}, memzoo {meta['memzoo_version']}, frozen "
-              f"{meta['frozen']}, {meta['train_cpu_hours']} training hours; methods: {', '.join(meta['methods'])}")
+              f"{meta['frozen']}, {meta[HOURS]} training hours; methods: {', '.join(meta['methods'])}")
         if args.suite:
             print(rows.drop(columns=[c for c in rows.columns if rows[c].map(lambda v: hasattr(v, "__len__") and not isinstance(v, str)).any()]).to_string(index=False))
     return 0
@@ -480,6 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("suite", nargs="?", default=None, help="one suite's rows in full (default: a summary of all)")
     s.add_argument("--freeze", metavar="RESULTS_DIR", default=None,
                    help="(maintainers) ship the rows of a finished suite folder whose configs match the suite")
+    s.add_argument("--add", action="store_true",
+                   help="with --freeze: keep the rows already shipped and add the folder's new runs")
     s.set_defaults(fn=cmd_references)
 
     s = sub.add_parser("scorecard", help="a plugin's memories through the reference suites, ranked beside the shipped rows")

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from memzoo.running.curriculum import config_hash
 from memzoo.suites.compare import expand, load_suite
-from memzoo.suites.references import SHIPPED_SUITES, training_hours, freeze, load_index, load_references, stale_rows
+from memzoo.suites.references import HOURS, SHIPPED_SUITES, training_hours, freeze, load_index, load_references, stale_rows
 
 
 @pytest.mark.parametrize("suite", SHIPPED_SUITES)
@@ -62,6 +62,24 @@ def test_freeze_ships_matching_rows_and_refuses_a_changed_config(tmp_path: Path)
     assert set(shipped["config_hash"]) == {config_hash(s.cfg) for s in specs[1:]}
     index = json.loads((out / "index.json").read_text())["quick"]
     assert index["rows"] == len(specs) - 1 and index["methods"] == ["local"]
+    # the keys the readers (memzoo references, the scorecard's footer) use: those of the shipped index
+    assert HOURS in index and set(index) == set(load_index()["quick"])
+
+
+def test_freeze_add_keeps_the_shipped_rows_and_refuses_a_shipped_run(tmp_path: Path) -> None:
+    specs = expand(load_suite("quick", ["methods=[local]"]))
+    results = _fake_results(tmp_path, specs, lr=None)
+    out = tmp_path / "refs"
+    table = pd.read_parquet(results / "results.parquet")
+    table.iloc[:1].to_parquet(results / "results.parquet", index=False)
+    assert freeze(results, "quick", out).rows == 1
+    table.to_parquet(results / "results.parquet", index=False)
+    frozen = freeze(results, "quick", out, add=True)
+    assert frozen.rows == len(specs) and list(frozen.refused) == [specs[0].name]
+    assert "already shipped" in frozen.refused[specs[0].name]
+    shipped = pd.read_parquet(out / "quick.parquet")
+    assert sorted(shipped["name"]) == sorted(s.name for s in specs)
+    assert json.loads((out / "index.json").read_text())["quick"]["rows"] == len(specs)
 
 
 def test_training_hours_follow_each_run_back_through_its_stages(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from memzoo.suites.compare import expand, load_suite
 
 SHIPPED_SUITES = ("quick", "capacity-top", "distance")
 INDEX = "index.json"
+HOURS = "train_cpu_hours"  # the index's key: training hours of the shipped runs, every stage counted
 
 
 def memzoo_version() -> str:
@@ -68,17 +69,27 @@ class Frozen:
     refused: dict[str, str]  # run name -> why it was not shipped
 
 
-def freeze(results: Path, suite: str, out_dir: Optional[Path] = None) -> Frozen:
+def freeze(results: Path, suite: str, out_dir: Optional[Path] = None, add: bool = False) -> Frozen:
     """Ship the finished rows of `results` (a suite folder with results.parquet and runs/) whose saved
-    configs match the suite's current runs; the others are listed with the reason."""
+    configs match the suite's current runs; the others are listed with the reason.
+
+    `add`: keep the rows already shipped and add these (more seeds or methods whose earlier runs'
+    folders are gone); a run already shipped is refused, since its training hours cannot be taken
+    out of the index's total: freeze the whole suite's folder to replace it."""
     table = pd.read_parquet(Path(results) / "results.parquet")
     expected = suite_hashes(suite, sorted(table["method"].unique()))
+    out = Path(out_dir) if out_dir is not None else references_dir()
+    index = json.loads((out / INDEX).read_text()) if (out / INDEX).is_file() else {}
+    previous = pd.read_parquet(out / f"{suite}.parquet") if add and (out / f"{suite}.parquet").is_file() else None
+    shipped_names = set() if previous is None else set(previous["name"].astype(str))
     keep, refused, hashes = [], {}, []
     for i, row in table.iterrows():
         name = str(row["name"])
         saved = Path(str(row["run_dir"])) / "config.yaml"
         if name not in expected:
             refused[name] = f"the suite {suite!r} makes no run of that name"
+        elif name in shipped_names:
+            refused[name] = "already shipped (--add only adds runs; freeze the whole suite's folder to replace one)"
         elif not saved.is_file():
             refused[name] = f"its config {saved} is missing"
         elif (h := config_hash(saved_run_config(saved))) != expected[name]:
@@ -87,17 +98,20 @@ def freeze(results: Path, suite: str, out_dir: Optional[Path] = None) -> Frozen:
             keep.append(i)
             hashes.append(h)
     shipped = table.loc[keep].drop(columns=["run_dir"]).assign(config_hash=hashes, memzoo_version=memzoo_version())
-    out = Path(out_dir) if out_dir is not None else references_dir()
+    hours = training_hours([Path(str(table.loc[i, "run_dir"])) for i in keep])
+    if previous is not None:
+        before = index.get(suite, {}).get(HOURS)
+        shipped = pd.concat([previous, shipped], ignore_index=True)
+        hours = None if before is None or hours is None else round(before + hours, 2)
     out.mkdir(parents=True, exist_ok=True)
     shipped.to_parquet(out / f"{suite}.parquet", index=False)
-    index = json.loads((out / INDEX).read_text()) if (out / INDEX).is_file() else {}
     index[suite] = {
         "memzoo_version": memzoo_version(),
         "frozen": time.strftime("%Y-%m-%d"),
         "rows": len(shipped),
         "methods": sorted(shipped["method"].unique().tolist()),
         "seeds": sorted(int(s) for s in shipped["seed"].unique()),
-        "traintraining_hours": training_hours([Path(str(table.loc[i, "run_dir"])) for i in keep]),
+        HOURS: hours,
     }
     (out / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     return Frozen(len(shipped), refused)
