@@ -1,18 +1,24 @@
-"""Titans-MAC with its retrieved tokens taken out of attention's context: a diagnostic, not a method.
+"""Titans-MAC's route through attention, taken apart: two diagnostic variants, not methods.
 
 Titans-MAC recalls 0.5 in `capacity-top` where Titans-MAG, with the same memory, recalls 1.0, and
 its within-segment accuracy (0.82-0.90) is below `local`'s 1.0, which attention alone reaches.
 What only MAC has is the old memory's read r = M_{s-1}(q̃) as extra keys and values in the
-segment's attention. This variant attends over [persistent ‖ segment] only, everything else as MAC
-(the write of y, the gating read of the new memory). Run it through a suite as a plugin:
+segment's attention, used directly as both key and value (the card's stated choice). Everything
+else is as MAC (the write of y, the gating read of the new memory):
+- `titans-mac-no-context` attends over [persistent ‖ segment] only;
+- `titans-mac-projected` passes the retrieved tokens through the layer's own W_K, W_V, as the paper's
+  Attn(S̃) projects every token of [persistent ‖ h ‖ segment] and as the persistent tokens already are
+  (heads concatenated into a d_model vector first, so it needs H x D = d_model).
+Run them through a suite as a plugin:
 
     memzoo compare capacity-top "imports=[benchmarks/titans_mac_ablation.py]" \
-        "methods=[titans-mac-no-context]" "seeds=[0]"
+        "methods=[titans-mac-no-context,titans-mac-projected]" "seeds=[0]"
 """
 from __future__ import annotations
 
 from typing import Optional
 
+from einops import rearrange
 from torch import Tensor
 
 from memzoo.core.attention import KVPrefix
@@ -27,3 +33,14 @@ class TitansMACWithoutContext(Titans):
 
     def attend_with_context(self, x: SegmentInputs, retrieved: Tensor, prefix: Optional[KVPrefix]) -> Tensor:
         return x.attend(x.q, x.k, x.v, prefix=prefix)  # [B, H, N, D]
+
+
+@register_memory("titans-mac-projected", config=TitansConfig, defaults={"variant": "mac"})
+class TitansMACProjectedContext(Titans):
+    """MAC whose retrieved tokens enter attention through the layer's W_K, W_V (as the paper's Attn(S̃))."""
+
+    def context_kv(self, x: SegmentInputs, retrieved: Tensor) -> tuple[Tensor, Tensor]:
+        b, h, n, d = x.q.shape
+        if h * d != x.h.shape[-1]:
+            raise ValueError(f"titans-mac-projected needs n_heads x d_head = d_model; got {h} x {d} != {x.h.shape[-1]}")
+        return x.project_kv(rearrange(retrieved.to(x.q.dtype), "b h n d -> b n (h d)"))  # 2 x [B, H, N, D]

@@ -403,8 +403,8 @@ class Titans(LayerMemory):
         position i, visible to queries j ≥ i (as the segment's own token i). [B, H, N, D]."""
         b, h, n, d = x.q.shape
         dev = x.q.device
-        r = retrieved.to(x.q.dtype)
-        ks, vs, poss = [r, x.k], [r, x.v], [torch.arange(n, device=dev)] * 2
+        k_r, v_r = self.context_kv(x, retrieved)
+        ks, vs, poss = [k_r, x.k], [v_r, x.v], [torch.arange(n, device=dev)] * 2
         causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril()  # [query, key]
         vis = [causal, causal]
         if prefix is not None:
@@ -415,6 +415,11 @@ class Titans(LayerMemory):
         mask = torch.cat(vis, dim=-1)[None, None].expand(b, 1, -1, -1)  # [B, 1, N, N_p + 2N]
         return x.attend.with_mask(x.q, torch.cat(ks, -2), torch.cat(vs, -2), torch.arange(n, device=dev),
                                   torch.cat(poss), mask)
+
+    def context_kv(self, x: SegmentInputs, retrieved: Tensor) -> tuple[Tensor, Tensor]:
+        """The retrieved tokens' keys and values in attention: r itself for both (the card's choice). [B, H, N, D] x 2."""
+        r = retrieved.to(x.q.dtype)
+        return r, r
 
     def y_features(self, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Query, key, value of the attention output y [B, H, N, D] for the memory: shared D x D maps,
