@@ -8,11 +8,12 @@ else is as MAC (the write of y, the gating read of the new memory):
 - `titans-mac-no-context` attends over [persistent ‖ segment] only;
 - `titans-mac-projected` passes the retrieved tokens through the layer's own W_K, W_V, as the paper's
   Attn(S̃) projects every token of [persistent ‖ h ‖ segment] and as the persistent tokens already are
-  (heads concatenated into a d_model vector first, so it needs H x D = d_model).
+  (heads concatenated into a d_model vector first, so it needs H x D = d_model);
+- `titans-mac-writes-kv` writes the segment's own keys and values (as MAG does), not y.
 Run them through a suite as a plugin:
 
     memzoo compare capacity-top "imports=[benchmarks/titans_mac_ablation.py]" \
-        "methods=[titans-mac-no-context,titans-mac-projected]" "seeds=[0]"
+        "methods=[titans-mac-no-context,titans-mac-projected,titans-mac-writes-kv]" "seeds=[0]"
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from einops import rearrange
 from torch import Tensor
 
 from memzoo.core.attention import KVPrefix
-from memzoo.core.memory import SegmentInputs
+from memzoo.core.memory import SegmentInputs, State
 from memzoo.core.plugins import register_memory
 from memzoo.memories.titans import Titans, TitansConfig
 
@@ -44,3 +45,17 @@ class TitansMACProjectedContext(Titans):
         if h * d != x.h.shape[-1]:
             raise ValueError(f"titans-mac-projected needs n_heads x d_head = d_model; got {h} x {d} != {x.h.shape[-1]}")
         return x.project_kv(rearrange(retrieved.to(x.q.dtype), "b h n d -> b n (h d)"))  # 2 x [B, H, N, D]
+
+
+@register_memory("titans-mac-writes-kv", config=TitansConfig, defaults={"variant": "mac"})
+class TitansMACWritingKeysValues(Titans):
+    """MAC that writes the segment's own keys and values (the backbone's q, k, v through the conv, as
+    MAG does) instead of the attention's output y; the read into context and the gate are MAC's."""
+
+    def mac_segment(self, x: SegmentInputs, state: State, q_read: Tensor, gates: tuple[Tensor, Tensor, Tensor],
+                    prefix: Optional[KVPrefix]) -> tuple[Tensor, State]:
+        retrieved = self.retrieve(state, q_read)  # M_{t−1}, before any write of this segment
+        y = self.attend_with_context(x, retrieved, prefix)  # [B, H, N, D]
+        q, k, v = self.features(x.q, x.k, x.v)
+        m, state = self._write(state, k, v, q, gates)
+        return self.combine(y, m), state
