@@ -1,28 +1,33 @@
-"""Titans-MAC's route through attention, taken apart: two diagnostic variants, not methods.
+"""Titans-MAC's route through attention, taken apart: four diagnostic variants, not methods.
 
 Titans-MAC recalls 0.5 in `capacity-top` where Titans-MAG, with the same memory, recalls 1.0, and
 its within-segment accuracy (0.82-0.90) is below `local`'s 1.0, which attention alone reaches.
-What only MAC has is the old memory's read r = M_{s-1}(q̃) as extra keys and values in the
-segment's attention, used directly as both key and value (the card's stated choice). Everything
-else is as MAC (the write of y, the gating read of the new memory):
+What only MAC has: the old memory's read r = M_{s-1}(q̃) as extra keys and values in the segment's
+attention (used directly as both, the card's stated choice), and the write of the attention's
+output y instead of the segment's keys and values. Each variant changes one thing:
 - `titans-mac-no-context` attends over [persistent ‖ segment] only;
 - `titans-mac-projected` passes the retrieved tokens through the layer's own W_K, W_V, as the paper's
   Attn(S̃) projects every token of [persistent ‖ h ‖ segment] and as the persistent tokens already are
   (heads concatenated into a d_model vector first, so it needs H x D = d_model);
-- `titans-mac-writes-kv` writes the segment's own keys and values (as MAG does), not y.
+- `titans-mac-writes-kv` writes the segment's own keys and values (as MAG does), not y;
+- `titans-mac-mixed-heads` writes y, but each head's write key, value and query see every head's
+  output (the paper's y_t is a d_model vector), not its own head's alone.
 Run them through a suite as a plugin:
 
     memzoo compare capacity-top "imports=[benchmarks/titans_mac_ablation.py]" \
-        "methods=[titans-mac-no-context,titans-mac-projected,titans-mac-writes-kv]" "seeds=[0]"
+        "methods=[titans-mac-no-context,titans-mac-projected,titans-mac-writes-kv,titans-mac-mixed-heads]" "seeds=[0]"
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
-from einops import rearrange
-from torch import Tensor
+import torch
+from einops import einsum, rearrange
+from torch import Tensor, nn
 
 from memzoo.core.attention import KVPrefix
+from memzoo.core.config import ModelConfig
 from memzoo.core.memory import SegmentInputs, State
 from memzoo.core.plugins import register_memory
 from memzoo.memories.titans import Titans, TitansConfig
@@ -59,3 +64,19 @@ class TitansMACWritingKeysValues(Titans):
         q, k, v = self.features(x.q, x.k, x.v)
         m, state = self._write(state, k, v, q, gates)
         return self.combine(y, m), state
+
+
+@register_memory("titans-mac-mixed-heads", config=TitansConfig, defaults={"variant": "mac"})
+class TitansMACMixedHeads(Titans):
+    """MAC writing y as the paper's d_model vector: each head's write key, value and gating query are
+    maps of every head's output (three H·D x H·D matrices), not of its own head's y alone (D x D shared)."""
+
+    def __init__(self, cfg: TitansConfig, model: ModelConfig, layer_index: int):
+        super().__init__(cfg, model, layer_index)
+        width = self.n_heads * self.d_head
+        self.y_mix = nn.Parameter(torch.randn(3, width, width) / math.sqrt(width))  # [3, out, in]
+
+    def y_features(self, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        flat = rearrange(y.to(self.state_dtype()), "b h n d -> b n (h d)")
+        yqkv = einsum(flat, self.y_mix.to(self.state_dtype()), "b n i, t o i -> t b n o")
+        return self.features(*rearrange(yqkv, "t b n (h d) -> t b h n d", h=self.n_heads).unbind(0))
