@@ -28,8 +28,10 @@ B, S, N = 2, 3, 8
 COLUMNS = slice(None, None, 32)  # 8 of the 256 vocabulary columns: every hidden change reaches them (tied head)
 TOLERANCE = 1e-12
 # Compressive keeps its caches in float32 and its compressor then refuses float64 weights: it runs
-# in float32 (the golden values are float32 numbers stored exactly), with a float32-sized tolerance.
-FLOAT32 = {"compressive": 1e-6}
+# in float32 (the golden values are float32 numbers stored exactly), with a float32-sized tolerance:
+# float32 kernels differ between CPUs (AVX2 against AVX512), and an AVX512-BF16 machine moved these
+# logits (|max| 4.06) by 3.1e-6, about 6 ulps; 2e-5 is about 40 ulps, far below any real change.
+FLOAT32 = {"compressive": 2e-5}
 
 
 def name_generator(name: str) -> torch.Generator:

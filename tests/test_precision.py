@@ -18,10 +18,15 @@ CPU = torch.device("cpu")
 
 @pytest.fixture
 def cpu_without_bf16(monkeypatch):
-    """A CPU with no bf16 units whose bf16 matrix product is 40x slower (160 vs 4 GFLOP/s)."""
+    """A CPU with no bf16 units whose bf16 matrix product is 40x slower (160 vs 4 GFLOP/s), whatever
+    CPU the tests run on: its flags (what `auto` reads) and the cached `auto` choice are faked too."""
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     monkeypatch.setattr(precision, "cpu_has_bf16_units", lambda: False)
-    monkeypatch.setattr(precision, "bf16_matmul_speeds", lambda: (160.0, 4.0))
+    monkeypatch.setattr(precision, "bf16_matmul_speeds", lambda size=192, repeats=3: (160.0, 4.0))
     monkeypatch.setattr(precision, "_warned", False)
+    precision.auto_cpu_choice.cache_clear()
+    yield
+    precision.auto_cpu_choice.cache_clear()
 
 
 def autocast_dtype(name: str) -> torch.dtype:
