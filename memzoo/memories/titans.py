@@ -81,10 +81,10 @@ class TitansConfig:
 # The memory MLP, its hand-written backward, and the chunked update
 
 
-def silu_grad(z: Tensor) -> Tensor:
-    """d SiLU(z) / dz = σ(z)(1 + z(1 − σ(z)))."""
+def silu_grad(z: Tensor, silu_z: Tensor) -> Tensor:
+    """d SiLU(z) / dz = σ(z)(1 + z(1 − σ(z))) = σ(z) + SiLU(z)(1 − σ(z)), from SiLU(z) already computed."""
     s = torch.sigmoid(z)
-    return s * (1 + z * (1 - s))
+    return torch.addcmul(s, silu_z, 1 - s)
 
 
 def mlp_forward(weights: list[Tensor], x: Tensor) -> tuple[list[Tensor], list[Tensor]]:
@@ -93,7 +93,7 @@ def mlp_forward(weights: list[Tensor], x: Tensor) -> tuple[list[Tensor], list[Te
     a = x
     for l, w in enumerate(weights):
         acts.append(a)  # [B, H, n, in]
-        z = einsum(a, w, "b h n i, b h o i -> b h n o")  # [B, H, n, out]
+        z = a @ w.transpose(-1, -2)  # [B, H, n, out]
         pre.append(z)
         a = F.silu(z) if l < len(weights) - 1 else z
     return acts, pre
@@ -114,7 +114,7 @@ def inner_grad(weights: list[Tensor], keys: Tensor, values: Tensor) -> tuple[lis
     for l in range(len(weights) - 1, -1, -1):
         deltas[l] = delta
         if l > 0:
-            delta = einsum(delta, weights[l], "b h n o, b h o i -> b h n i") * silu_grad(pre[l - 1])
+            delta = (delta @ weights[l]) * silu_grad(pre[l - 1], acts[l])
     return deltas, acts
 
 
@@ -128,44 +128,51 @@ def decay_matrix(cum: Tensor) -> Tensor:
 
 def chunk_coefficients(log_keep: Tensor, log_eta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The chunk's linear recurrences in closed form, from log(1 − α), log η [..., n]:
-    A_i, s_i [..., n], C_ij [..., n, n], E_n / E_j [..., n] and E_n [...]."""
+    A_i, s_i [..., n], C_ij [..., n, n], E_n / E_j [..., n], and the map of (W⁰, S⁰) to the chunk's
+    end, [[A_n, s_n], [0, E_n]] [..., 2, 2]."""
     la, le = log_keep.cumsum(-1), log_eta.cumsum(-1)  # log A_i, log E_i
     p, q = decay_matrix(la), decay_matrix(le)  # A_i / A_m, E_m / E_j
     c = p @ q  # C_ij = Σ_{j≤m≤i} (A_i/A_m)(E_m/E_j)
     s_coef = (p @ le.exp()[..., None])[..., 0]  # s_i = Σ_{m≤i} (A_i/A_m) E_m
-    return la.exp(), s_coef, c, q[..., -1, :], le[..., -1].exp()
+    a_coef, e_end = la.exp(), le[..., -1].exp()
+    carry = torch.stack((a_coef[..., -1], s_coef[..., -1], torch.zeros_like(e_end), e_end), -1).unflatten(-1, (2, 2))
+    return a_coef, s_coef, c, q[..., -1, :], carry
 
 
-def chunk_step(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, values: Tensor, queries: Tensor,
-               coefs: tuple[Tensor, ...], lr: Tensor, grad_clip: float) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+def chunk_step(states: list[Tensor], keys: Tensor, values: Tensor, queries: Tensor, coefs: tuple[Tensor, ...],
+               lr: Tensor, grad_clip: float, scores: Tensor, key_norm2: Tensor) -> tuple[Tensor, list[Tensor]]:
     """One chunk of n tokens: reads M_i(q_i) after each token's write, and the state after the chunk.
 
-    keys, values, queries: [B, H, n, D]; lr = θ: [B, H, n]; coefs: `chunk_coefficients` of the chunk.
+    states: per layer W⁰ and S⁰ stacked, [B, H, 2, out, in]; keys, values, queries: [B, H, n, D];
+    lr = θ: [B, H, n]; coefs: `chunk_coefficients` of the chunk. scores = q kᵀ [B, H, n, n] and
+    key_norm2 = ‖k‖² [B, H, n] do not depend on the state (computed for all chunks at once).
     """
-    a_coef, s_coef, c, q_end, e_end = coefs
-    deltas, acts = inner_grad(weights, keys, values)
+    a_coef, s_coef, c, q_end, carry = coefs
+    deltas, acts = inner_grad([st[:, :, 0] for st in states], keys, values)
     if grad_clip > 0:  # ‖δ aᵀ‖_F = ‖δ‖ ‖a‖ per layer
-        norm2 = sum((d * d).sum(-1) * (a * a).sum(-1) for d, a in zip(deltas, acts))  # [B, H, n]
+        a_norm2 = [key_norm2] + [(a * a).sum(-1) for a in acts[1:]]
+        norm2 = sum((d * d).sum(-1) * a2 for d, a2 in zip(deltas, a_norm2))  # [B, H, n]
         lr = lr / torch.clamp(torch.sqrt(norm2 + 1e-30) / grad_clip, min=1.0)
-    cl = c * lr[..., None, :]  # C_ij θ_j
+    cl = c * -lr[..., None, :]  # −C_ij θ_j (negated on the small factor: the big terms below are added, and
+    # their backward needs no negation)
     # Reads at W_i = A_i W⁰ + s_i S⁰ − Σ_j C_ij θ_j δ_j a_jᵀ, layer by layer (the dual form: no per-token
     # weights are materialised).
     r = queries
-    for l, (w, s) in enumerate(zip(weights, momentum)):
-        both = r @ torch.cat((w, s), dim=-2).transpose(-1, -2)  # r W⁰ᵀ ‖ r S⁰ᵀ in one product: [B, H, n, 2 out]
-        rw, rs = both.split(w.shape[-2], dim=-1)
-        z = a_coef[..., None] * rw + s_coef[..., None] * rs - (cl * (r @ acts[l].transpose(-1, -2))) @ deltas[l]
-        r = F.silu(z) if l < len(weights) - 1 else z
-    # The state after the chunk's last token: W = A_n W⁰ + s_n S⁰ − Σ_j C_nj θ_j ∇_j, S = E_n S⁰ − Σ_j (E_n/E_j) θ_j ∇_j,
-    # both sums in one product per layer.
-    a_end, s_end, e_end = a_coef[..., -1, None, None], s_coef[..., -1, None, None], e_end[..., None, None]
-    upd = torch.stack((cl[..., -1, :], q_end * lr), dim=2)[..., None]  # [B, H, 2, n, 1]
-    new_w, new_s = [], []
-    for w, s, d, a in zip(weights, momentum, deltas, acts):
-        g_w, g_s = ((upd * d[:, :, None]).transpose(-1, -2) @ a[:, :, None]).unbind(2)  # [B, H, out, in] each
-        new_w.append(a_end * w + s_end * s - g_w)
-        new_s.append(e_end * s - g_s)
-    return r, new_w, new_s
+    for l, st in enumerate(states):
+        out = st.shape[-2]
+        both = r @ st.flatten(2, 3).transpose(-1, -2)  # r W⁰ᵀ ‖ r S⁰ᵀ in one product: [B, H, n, 2 out]
+        rw, rs = both.split(out, dim=-1)
+        r_a = scores if l == 0 else r @ acts[l].transpose(-1, -2)  # r_i · a_j: [B, H, n, n]
+        z = a_coef[..., None] * rw + s_coef[..., None] * rs + (cl * r_a) @ deltas[l]
+        r = F.silu(z) if l < len(states) - 1 else z
+    # The state after the chunk's last token: W = A_n W⁰ + s_n S⁰ − Σ_j C_nj θ_j ∇_j, S = E_n S⁰ − Σ_j (E_n/E_j) θ_j ∇_j:
+    # the carry of (W⁰, S⁰) is one [2 x 2] product, both sums one product per layer.
+    upd = torch.stack((cl[..., -1, :], q_end * -lr), dim=2)[..., None]  # [B, H, 2, n, 1], negated
+    new = []
+    for st, d, a in zip(states, deltas, acts):
+        grads = (upd * d[:, :, None]).transpose(-1, -2) @ a[:, :, None]  # −Σ_j (…) θ_j δ_j a_jᵀ: [B, H, 2, out, in]
+        new.append((carry @ st.flatten(-2)).view_as(st) + grads)
+    return r, new
 
 
 def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, values: Tensor, queries: Tensor,
@@ -176,7 +183,8 @@ def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, val
 
     The chunks' decay/momentum coefficients do not depend on the state: computed for all full chunks
     at once. Inputs are cut by split (one gradient concatenation in backward, not a zero tensor of
-    the whole segment per chunk)."""
+    the whole segment per chunk). Inside the loop each layer's W and S travel stacked, so one
+    product reads both and one product carries both."""
     n = keys.shape[-2]
     sizes = [chunk_size] * (n // chunk_size) + ([n % chunk_size] if n % chunk_size else [])
     full = (n // chunk_size) * chunk_size
@@ -186,12 +194,24 @@ def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, val
         coefs += list(zip(*(t.unbind(2) for t in chunk_coefficients(per(log_keep), per(log_eta)))))
     if full < n:
         coefs.append(chunk_coefficients(log_keep[..., full:], log_eta[..., full:]))
+    scores, key_norm2 = [], []  # q kᵀ within each chunk and ‖k‖², state-independent
+    if full:
+        per_chunk = lambda t: t[..., :full, :].unflatten(-2, (full // chunk_size, chunk_size))  # noqa: E731
+        q_c, k_c = per_chunk(queries), per_chunk(keys)  # [B, H, nc, c, D]
+        scores += (q_c @ k_c.transpose(-1, -2)).unbind(2)
+        key_norm2 += (k_c * k_c).sum(-1).unbind(2)
+    if full < n:
+        scores.append(queries[..., full:, :] @ keys[..., full:, :].transpose(-1, -2))
+        key_norm2.append((keys[..., full:, :] ** 2).sum(-1))
+    states = [torch.stack((w, s), dim=2) for w, s in zip(weights, momentum)]  # [B, H, 2, out, in]
     reads = []
-    parts = zip(keys.split(sizes, -2), values.split(sizes, -2), queries.split(sizes, -2), lr.split(sizes, -1), coefs)
-    for k, v, q, theta, coef in parts:
-        r, weights, momentum = chunk_step(weights, momentum, k, v, q, coef, theta, grad_clip)
+    parts = zip(keys.split(sizes, -2), values.split(sizes, -2), queries.split(sizes, -2), lr.split(sizes, -1), coefs,
+                scores, key_norm2)
+    for k, v, q, theta, coef, qk, k2 in parts:
+        r, states = chunk_step(states, k, v, q, coef, theta, grad_clip, qk, k2)
         reads.append(r)
-    return torch.cat(reads, dim=-2), weights, momentum
+    weights, momentum = zip(*(st.unbind(2) for st in states))
+    return torch.cat(reads, dim=-2), list(weights), list(momentum)
 
 
 # ------------------------------------------------------------------------------------------
