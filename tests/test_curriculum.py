@@ -92,6 +92,16 @@ def test_stages_run_in_order_resume_after_a_kill_and_feed_the_evaluation(tmp_pat
     assert _steps(final) == [1, 2, 3] and (c1 / "result.json").stat().st_mtime_ns == c1_stamp
     assert _steps(final.with_name(final.name + ".stale-1")) == [1, 2]
 
+    # The results folder moved elsewhere (out_dir and every init_from change): nothing is stale, nothing trains.
+    (tmp_path / "results").rename(tmp_path / "moved")
+    path.write_text(path.read_text().replace(f"out_dir: {tmp_path / 'results'}", f"out_dir: {tmp_path / 'moved'}"))
+    moved = load_suite(str(path))
+    (spec3,) = expand(moved)
+    assert is_finished(spec3, [])
+    calls.clear()
+    _worker(*_worker_args(spec3, moved, 1, longrange))
+    assert calls == [] and not list((tmp_path / "moved").rglob("*.stale-2"))
+
 
 def test_finetune_must_be_a_mapping_or_a_list_of_them(tmp_path: Path) -> None:
     suite = load_suite(str(_suite(tmp_path)), ["finetune=[3]"])

@@ -121,12 +121,14 @@ def config_hash(cfg: DictConfig) -> str:
 
 
 def config_matches(run_dir: Path, cfg: DictConfig) -> bool:
-    """The run folder was trained (or is being trained) under `cfg`, bookkeeping keys aside."""
+    """The run folder was trained (or is being trained) under `cfg`, bookkeeping keys aside. Where
+    the folder lies is not part of the run: a results folder moved or copied elsewhere (out_dir and
+    init_from's parent changed) still matches, so its runs are not trained again."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         return False
     try:
-        return _comparable(saved_run_config(path)) == _comparable(cfg)
+        return config_hash(saved_run_config(path)) == config_hash(cfg)
     except OmegaConfBaseException:  # a key the schema no longer has: another config
         return False
 
