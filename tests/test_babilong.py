@@ -19,7 +19,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import memzoo.running.babilong as babilong  # noqa: E402
 from memzoo.core.config import ConfigError, to_yaml  # noqa: E402
-from memzoo.data.babilong import Sample, read_samples, score_exact, score_official  # noqa: E402
+from memzoo.data.babilong import Sample, label_chance, read_samples, score_exact, score_official  # noqa: E402
 from memzoo.running.babilong import BabilongConfig, evaluate_babilong, evaluate_cell  # noqa: E402
 
 ROWS = [
@@ -74,6 +74,19 @@ def test_each_scorer_rule(output: str, target: str, question: str, task: str, of
     assert score_exact(output, target) is exact
 
 
+@pytest.mark.parametrize("context, question, target, task, chance", [
+    ("Mary went to the kitchen. John went to the garden.", "Where is Mary?", "kitchen", "qa1", 0.5),
+    # a label named twice counts once; a label only in the question is no candidate
+    ("Mary went to the kitchen. Mary went to the kitchen. John went to the office.",
+     "Where was the apple before the office?", "kitchen", "qa3", 1.0),
+    ("John went to the garden. John went to the hallway. Sandra went to the office.", "Where is Mary?",
+     "bathroom", "qa1", 0.0),  # the answer is nowhere in the context: a guesser from it never scores
+])
+def test_label_chance_guesses_among_the_contexts_labels(context: str, question: str, target: str, task: str,
+                                                        chance: float) -> None:
+    assert label_chance(Sample(context, question, target), task) == chance
+
+
 def test_a_cell_reports_both_scorers_side_by_side(monkeypatch) -> None:
     """The cell's task picks the official scorer's labels; both accuracies are counted apart."""
     answers = iter([" Kitchen.", " garden.", " fred.", " Fred.", " Jeff."])
@@ -81,6 +94,7 @@ def test_a_cell_reports_both_scorers_side_by_side(monkeypatch) -> None:
     model = nn.Linear(1, 1)
     row = evaluate_cell(model, [Sample(**r) for r in ROWS], "qa1", "1k", BabilongConfig(data="x", lengths=["1k"]))
     assert (row["accuracy_official"], row["accuracy_exact"], row["n"]) == (1.0, 0.5, 2)
+    assert row["label_chance"] == 1.0  # one place in each context
     assert row["generated"] == [" Kitchen.", " garden."] and row["tokens_per_s"] > 0 and row["peak_rss_mb"] > 0
     cfg = BabilongConfig(data="x", tasks=["qa5"], lengths=["1k"])
     row = evaluate_cell(model, [Sample(**QA5)] * 3, "qa5", "1k", cfg)

@@ -80,6 +80,17 @@ def score_official(output: str, target: str, question: str, task: str) -> bool:
     return found == {target.lower()}
 
 
+def label_chance(sample: Sample, task: str) -> float:
+    """The official scorer's expected accuracy for a guess drawn uniformly from the task's labels that
+    occur in the input (minus those in the question): the floor of a model that learned which words
+    answer but not which fact (0 when the target is not among them)."""
+    check_task_name(task)
+    context, question = sample.input.lower(), sample.question.lower()
+    candidates = {label.lower() for label in TASK_LABELS[task] if label.lower() in context}
+    candidates -= {label for label in candidates if label in question}
+    return 1.0 / len(candidates) if sample.target.lower() in candidates else 0.0
+
+
 def score_exact(output: str, target: str) -> bool:
     """Strict exact match of the answer: leading spaces dropped, cut at the first '.' or newline."""
     return re.split(r"[.\n]", output.lstrip(" "), maxsplit=1)[0] == target

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from memzoo.core.config import ConfigError
 from memzoo.core.model import MemoryModel
 from memzoo.data.babi_stories import STORY_TASKS, StorySettings, generate
-from memzoo.data.babilong import (QUESTION_TEMPLATE, Sample, check_task_name, length_bytes, read_samples,
+from memzoo.data.babilong import (QUESTION_TEMPLATE, Sample, check_task_name, label_chance, length_bytes, read_samples,
                                   score_exact, score_official)
 from memzoo.data.tasks import bytes_to_tensor
 from memzoo.running.evaluate import peak_rss_mb
@@ -139,7 +139,8 @@ def evaluate_cell(model: MemoryModel, samples: list[Sample], task: str, length: 
     n = len(samples)
     return {"task": task, "length": length, "reset_before_question": cfg.reset_before_question, "status": "ok",
             "accuracy_official": official / n, "accuracy_exact": exact / n, "correct_official": official,
-            "correct_exact": exact, "n": n, "input_bytes_mean": sum(len(s.input.encode()) for s in samples) / n,
+            "correct_exact": exact, "n": n, "label_chance": sum(label_chance(s, task) for s in samples) / n,
+            "input_bytes_mean": sum(len(s.input.encode()) for s in samples) / n,
             "tokens": tokens, "tokens_per_s": tokens / max(seconds, 1e-9), "seconds": seconds,
             "peak_rss_mb": peak_rss_mb(),
             "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
