@@ -42,6 +42,18 @@ alternating rounds of one step; `python benchmarks/peer_titans.py --rounds 3 --s
     model step, both taking gradients at weights updated every 128 tokens
       (`--only model --memzoo-chunk 128 --port-batch 128`):   memzoo 667, port 376: ratio 1.77
 
+Measured again (2026-11-25, another 2-core machine with AVX512-BF16, two training jobs beside it,
+load average 3-4; `--rounds 5 --steps 1`), the scan before and after it carried W and S stacked
+(commit eecb08c), each run against the port in its own alternating rounds:
+
+    before:  memory alone 1.27, model step 1.42
+    after:   memory alone 1.43 and 1.55 (two runs), model step 1.46 and 1.48
+
+The scan alone, forward and backward, old against new in one process: 1.07-1.10x. The model step's
+remaining time is mostly shared dense work (the feed-forward and projection matmuls, 30% of it), so
+a faster scan moves its ratio little: at chunk 16 memzoo is at the 1.5x target on the memory alone
+in one run of two and just under it (1.46-1.48) on the model step.
+
 At the same nominal chunk memzoo is not 1.5x the port: the port (neural_memory_batch_size None, its
 MAC default) takes every gradient of a call at the call's starting weights (a chunk's 16 per-token
 gradients, by vmap of grad, are weighted and summed into one surprise step; the scan runs over
