@@ -34,6 +34,7 @@ from memzoo.analysis.longrange import (accuracy_by_key_segment, answer_loss_curv
                                        recall_generalisation)
 from memzoo.analysis.distance import (distance_curves, distance_reach, distance_summary, distance_table,
                                       distance_versus, is_distance_table)
+from memzoo.analysis.babilong import babilong_curves, babilong_summary, babilong_table, is_babilong_table
 from memzoo.analysis.stats import (bootstrap_versus, compare_groups, mean_interval, paired_bootstrap, paired_t, welch_p,
                                    wilson_interval)
 
@@ -44,4 +45,5 @@ __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb
            "passkey_length_curves", "footprint_vs_gain", "gain_by_segment", "memory_gain", "pairing_gain", "segment_differences",
            "paired_t", "paired_bootstrap", "bootstrap_versus", "accuracy_by_key_segment", "answer_loss_table", "answer_loss_curves",
            "lm_before_after", "gate_summary", "recall_generalisation", "variant_labels", "is_distance_table",
-           "distance_table", "distance_summary", "distance_reach", "distance_versus", "distance_curves"]
+           "distance_table", "distance_summary", "distance_reach", "distance_versus", "distance_curves",
+           "is_babilong_table", "babilong_table", "babilong_summary", "babilong_curves"]

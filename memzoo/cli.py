@@ -303,11 +303,13 @@ def cmd_babilong(args: argparse.Namespace) -> int:
         return 0
     shown = [{"task": r["task"], "length": r["length"], "reset": "yes" if r["reset_before_question"] else "",
               "official": "" if r.get("accuracy_official") is None else f"{r['accuracy_official']:.2f}",
-              "exact": "" if r.get("accuracy_exact") is None else f"{r['accuracy_exact']:.2f}", "n": r["n"],
+              "exact": "" if r.get("accuracy_exact") is None else f"{r['accuracy_exact']:.2f}",
+              "label_chance": "" if r.get("label_chance") is None else f"{r['label_chance']:.2f}", "n": r["n"],
               "tokens_per_s": "" if r.get("tokens_per_s") is None else f"{r['tokens_per_s']:,.0f}",
               "peak_rss_mb": "" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f}",
               "status": r["status"][:90]} for r in rows]
-    _print_table(shown, ["task", "length", "reset", "official", "exact", "n", "tokens_per_s", "peak_rss_mb", "status"])
+    _print_table(shown, ["task", "length", "reset", "official", "exact", "label_chance", "n", "tokens_per_s",
+                         "peak_rss_mb", "status"])
     print(f"rows kept in {Path(args.run_dir) / 'babilong.jsonl'} and result.json")
     return 0
 

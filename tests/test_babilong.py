@@ -178,13 +178,13 @@ def test_the_input_is_streamed_within_segments_per_call() -> None:
     assert model.calls[windows:] == [1] * cfg.answer_bytes, "then the partial segment, and one call per answer byte"
 
 
-def make_run(root: Path) -> Path:
+def make_run(root: Path, overrides: tuple[str, ...] = ()) -> Path:
     """A run folder (config and untrained checkpoint) of a tiny local model, without training."""
     from memzoo.running.checkpoints import save_checkpoint
     from memzoo.running.configure import build_model, load_config
 
     cfg = load_config("local", ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.segment_len=32",
-                                "name=tiny", f"out_dir={root}"])
+                                "name=tiny", f"out_dir={root}", *overrides])
     run = root / "tiny"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(to_yaml(cfg))
@@ -212,6 +212,14 @@ def test_rows_are_kept_beside_the_run_and_finished_cells_skipped(tmp_path: Path,
     assert [(r["task"], r["reset_before_question"]) for r in kept] == [("qa1", False), ("qa1", True), ("qa5", False)]
     result = json.loads((run / "result.json").read_text())["babilong"]
     assert len(result) == 3 and "generated" not in result[0] and result[0]["method"] == "local"
+    assert {r["trained_length"] for r in kept} == {None}  # never fine-tuned on stories
+
+
+def test_rows_name_the_longest_story_the_run_trained_on(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "runs", ("task.name=babilong", "task.lengths=[0,1024,512]", "task.loss=answer"))
+    cfg = BabilongConfig(data=str(write_fixture(tmp_path / "data")), lengths=["1k"], isolate=False, answer_bytes=4)
+    (row,) = evaluate_babilong(run, cfg, progress=False)
+    assert row["trained_length"] == 1024
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys) -> None:

@@ -168,3 +168,50 @@ def test_passkey_accuracy_interval_is_over_seeds() -> None:
     df = pd.DataFrame([{"method": "xl", "seed": s, "passkey_json": rows(a)} for s, a in enumerate([0.0, 1.0, 0.5])])
     row = passkey_summary(df).iloc[0]  # seed means 0.5, 1.0, 0.75: sd 0.25 over 3 seeds
     assert row["accuracy"] == 0.75 and row["accuracy_ci"] == pytest.approx(4.302653 * 0.25 / math.sqrt(3), rel=1e-6)
+
+
+def babilong_rows() -> pd.DataFrame:
+    """Two methods x three seeds; infini's qa1 accuracy at 0 / 1k / 4k bytes is (1.0, 0.8, x) with x = 0.2,
+    0.5, 0.8 by seed; its reset arm is 0.3 at 1k; local is 0.3 everywhere, never reset."""
+    import json
+
+    def cell(task: str, length: str, acc: float, reset: bool = False) -> dict:
+        return {"task": task, "length": length, "reset_before_question": reset, "status": "ok",
+                "accuracy_official": acc, "accuracy_exact": acc - 0.1, "label_chance": 0.31, "n": 100,
+                "trained_length": 1024}
+
+    out = []
+    for seed, far in enumerate([0.2, 0.5, 0.8]):
+        infini = [cell("qa1", "0", 1.0), cell("qa1", "1k", 0.8), cell("qa1", "4k", far), cell("qa1", "1k", 0.3, True)]
+        out.append({"method": "infini-delta", "seed": seed, "babilong_json": json.dumps(infini)})
+        out.append({"method": "local", "seed": seed,
+                    "babilong_json": json.dumps([cell("qa1", n, 0.3) for n in ("0", "1k", "4k")])})
+    return pd.DataFrame(out)
+
+
+def test_babilong_summary_figure_and_report(tmp_path: Path) -> None:
+    """Means and t intervals over seeds per (method, task, length), lengths ordered in bytes, the reset
+    arm merged beside its plain row; the figure draws one line per method and the label chance."""
+    from memzoo.analysis import babilong_curves, babilong_summary
+    from memzoo.suites.report import write_report
+
+    df = babilong_rows()
+    s = babilong_summary(df)
+    infini = s[s["method"] == "infini-delta"]
+    assert list(infini["length_bytes"]) == [0, 1024, 4096]  # "1k" < "4k" < ... by bytes, not by name
+    far = infini.iloc[2]
+    assert far["accuracy"] == pytest.approx(0.5) and far["runs"] == 3
+    assert far["accuracy_ci"] == pytest.approx(4.302653 * 0.3 / math.sqrt(3), rel=1e-6)  # sd 0.3 over 3 seeds
+    assert far["exact"] == pytest.approx(0.4) and far["label_chance"] == pytest.approx(0.31)
+    assert infini.iloc[1]["reset"] == pytest.approx(0.3) and np.isnan(infini.iloc[0]["reset"])
+    assert s[s["method"] == "local"]["reset"].isna().all() and (s["trained_length"] == 1024).all()
+    fig = babilong_curves(df)
+    (ax,) = [a for a in fig.axes if a.get_title() == "qa1"]
+    ys = [list(line.get_ydata()) for line in ax.get_lines()]
+    assert [0.31, 0.31, 0.31] in [[round(v, 2) for v in y] for y in ys]  # the label chance
+    assert [0.3] in [[round(v, 2) for v in y] for y in ys]  # infini's reset arm, at 1k only
+    df.to_parquet(tmp_path / "results.parquet")
+    md, _ = write_report(tmp_path)
+    text = md.read_text()
+    assert (tmp_path / "babilong.png").stat().st_size > 1000 and "](babilong.png)" in text
+    assert "| infini-delta | qa1 | 4,096 | 3 | 0.500 ± 0.745 |" in text

@@ -35,6 +35,7 @@ from memzoo.data.babi_stories import STORY_TASKS, StorySettings, generate
 from memzoo.data.babilong import (QUESTION_TEMPLATE, Sample, check_task_name, label_chance, length_bytes, read_samples,
                                   score_exact, score_official)
 from memzoo.data.tasks import bytes_to_tensor
+from memzoo.running.configure import saved_run_config
 from memzoo.running.evaluate import peak_rss_mb
 from memzoo.running.generate import StreamingDecoder
 from memzoo.running.longrange import _merge_into_result, _method_of, in_process, trained_run
@@ -195,6 +196,12 @@ def _write_rows(run_dir: Path, rows: list[dict[str, Any]]) -> None:
     tmp.replace(path)
 
 
+def trained_length(run_dir: Path) -> Optional[int]:
+    """The longest input (bytes) the run was fine-tuned on with task babilong; None for another task."""
+    task = saved_run_config(run_dir / "config.yaml").task
+    return max(int(n) for n in task.lengths) if task.name == "babilong" and task.lengths else None
+
+
 def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = True, progress: bool = True,
                       model: Optional[MemoryModel] = None) -> list[dict[str, Any]]:
     """Every (task, length) of `cfg` for the trained run in `run_dir`; returns this evaluation's rows,
@@ -214,7 +221,7 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
             samples = load_samples(cfg, task, length)
             row = {**evaluate_cell(model, samples, task, length, cfg, run_cfg.train.precision, progress),
                    "rss_isolated": False}
-        row.update(method=method, weights=weights)
+        row.update(method=method, weights=weights, trained_length=trained_length(run_dir))
         kept = [r for r in kept if _key(r) != _key(row)] + [row]
         kept.sort(key=lambda r: (r["task"], length_bytes(r["length"]), r["reset_before_question"]))
         _write_rows(run_dir, kept)

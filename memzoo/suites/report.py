@@ -19,6 +19,7 @@ from memzoo.analysis import (bpb_by_segment, capacity_curves, capacity_table, ca
                              cost_vs_length, footprint_vs_bpb, footprint_vs_gain, gain_by_segment, gate_heatmaps,
                              is_capacity_table, length_cost_table, load_results, longrange_table, memory_gain,
                              passkey_heatmaps, summary_table)
+from memzoo.analysis.babilong import babilong_curves, babilong_summary, is_babilong_table
 from memzoo.analysis.distance import (distance_curves, distance_reach, distance_summary, distance_versus,
                                       is_distance_table)
 from memzoo.analysis.longrange import (PASSKEY_INTERVAL, accuracy_by_key_segment, answer_loss_curves, gate_summary,
@@ -32,6 +33,8 @@ FIGURES = {
     "capacity": "Cross-segment recall accuracy against state numbers (log), per gap and number of pairs",
     "distance": "Recall accuracy against the gap between the last write and the queries (segments, log): mean over "
                 "seeds with the 95% t interval; dashed: the state reset after the last write; grey: chance",
+    "babilong": "BABILong accuracy (official scorer) against the input's length in bytes, per task: mean over seeds "
+                "with the 95% t interval; dashed: the state reset before the question; grey: label chance",
     "footprint": "Footprint (state numbers per sequence, log) against valid bits per byte",
     "segments": "Bits per byte by segment index within the document",
     "cost": "Evaluation throughput and peak resident memory per method",
@@ -155,6 +158,8 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
         _save(gain_by_segment(df).figure, paths.setdefault("gain_segments", out / "gain_by_segment.png"))
     if is_distance_table(df):
         _save(distance_curves(df), paths.setdefault("distance", out / "distance.png"))
+    if is_babilong_table(df):
+        _save(babilong_curves(df), paths.setdefault("babilong", out / "babilong.png"))
     elif is_capacity_table(df):
         _save(capacity_curves(df), paths.setdefault("capacity", out / "capacity.png"))
     if _has(df, "valid_bpb", "footprint_measured"):
@@ -324,6 +329,14 @@ def write_report(results_dir: str | Path, figures: bool = True) -> tuple[Path, P
     if params:
         notes.append(f"Parameter counts span {min(params['counts'].values()):,} to {max(params['counts'].values()):,} "
                      f"(spread {params['spread']:.1%}).")
+    if is_babilong_table(df):
+        notes.append("BABILong: accuracy by the authors' scorer (the task's labels before the first '.', those in the "
+                     "question not counted; exact: strict exact match); reset: the same samples with the state reset "
+                     "before the question's segment; label_chance: a uniform guess among the task's labels in the "
+                     "input; trained_length: the longest input the run was fine-tuned on (bytes).")
+        sections.append(("BABILong accuracy by task and input length (mean ± 95% t over seeds)",
+                         display(babilong_summary(df).drop(columns=["length"]).rename(columns={"length_bytes": "length"}),
+                                 {"accuracy": ("accuracy", "accuracy_ci"), "reset": ("reset", "reset_ci")})))
     passkey = passkey_summary(df)
     if not passkey.empty:
         sections += [("Passkey retrieval (accuracy averaged over depths)",
