@@ -296,7 +296,7 @@ def cmd_babilong(args: argparse.Namespace) -> int:
                          reset_before_question=args.reset_before_question, max_samples=args.max_samples,
                          segments_per_call=args.segments_per_call, answer_bytes=args.answer_bytes,
                          isolate=not args.no_isolate, threads=args.threads, seed=args.seed, depth=args.depth,
-                         background=args.background)
+                         background=args.background, facts=args.facts)
     rows = evaluate_babilong(args.run_dir, cfg, resume=not args.recompute, progress=not args.json)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -328,6 +328,8 @@ def cmd_babilong_generate(args: argparse.Namespace) -> int:
 def _story_options(s: argparse.ArgumentParser) -> None:
     """The generator's options (babilong-generate, and babilong with --data generate)."""
     s.add_argument("--seed", type=int, default=0, help="the generator's seed (samples differ by seed)")
+    s.add_argument("--facts", type=_numbers(int, "--facts"), default=None,
+                   help="FEWEST,MOST facts per story (default per task: qa1 2,8; qa2 4,12; qa3 6,16)")
     s.add_argument("--depth", type=_numbers(float, "--depth"), default=[0.0, 1.0],
                    help="LO,HI: the facts' depths in the background, as fractions (default 0,1)")
     s.add_argument("--background", default="stdlib",
@@ -464,8 +466,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input bytes, comma-separated: 0k (facts only), 512, 1k, 4k, 1M")
     s.add_argument("--samples", type=int, default=100, help="samples per (task, length)")
     s.add_argument("--split", choices=["train", "test"], default="test")
-    s.add_argument("--facts", type=_numbers(int, "--facts"), default=None,
-                   help="FEWEST,MOST facts per story (default per task: qa1 2,8; qa2 4,12; qa3 6,16)")
     _story_options(s)
     s.set_defaults(fn=cmd_babilong_generate)
 

@@ -231,10 +231,22 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys) -> None:
         (["--data", "generate", "--tasks", "qa4"], "task 'qa4' with data=generate"),
         (["--data", "generate", "--lengths", "4q"], "BABILong length '4q'"),
         (["--data", "generate", "--tasks", "qa9"], "BABILong task 'qa9'"),
+        (["--data", "generate", "--facts", "3,2"], "story facts=[3, 2]"),
     ]:
         assert main(["babilong", str(run), "--no-isolate", *argv]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("memzoo: error:") and expected in err, err
+
+
+def test_the_cli_hands_the_generator_settings_to_the_evaluation(tmp_path: Path, capsys) -> None:
+    from memzoo.cli import main
+
+    run = make_run(tmp_path / "runs")
+    argv = ["babilong", str(run), "--no-isolate", "--data", "generate", "--lengths", "0", "--max-samples", "2",
+            "--facts", "2,3", "--seed", "5", "--json"]
+    assert main(argv) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["facts"], row["seed"], row["n"]) == ([2, 3], 5, 2)
 
 
 def test_hub_layout_through_datasets_and_the_offline_error(tmp_path: Path) -> None:
