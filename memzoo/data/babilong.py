@@ -69,25 +69,26 @@ def length_bytes(name: str) -> int:
     return int(match.group(1)) * scale
 
 
+def labels_in(text: str, question: str, task: str) -> set[str]:
+    """The task's labels (lower case) that occur in `text`, minus those that occur in the question."""
+    check_task_name(task)
+    labels = {label.lower() for label in TASK_LABELS[task]}
+    text, question = text.lower(), question.lower()
+    return {label for label in labels if label in text and label not in question}
+
+
 def score_official(output: str, target: str, question: str, task: str) -> bool:
     """The BABILong authors' scorer: exactly the target among the labels before the first '.',
     labels that occur in the question not counted."""
-    check_task_name(task)
     text = output.lower().split(".")[0].split("<context>")[0].split("<example>")[0]
-    labels = {label.lower() for label in TASK_LABELS[task]}
-    in_question = {label for label in labels if label in question.lower()}
-    found = {label for label in labels if label in text} - in_question
-    return found == {target.lower()}
+    return labels_in(text, question, task) == {target.lower()}
 
 
 def label_chance(sample: Sample, task: str) -> float:
     """The official scorer's expected accuracy for a guess drawn uniformly from the task's labels that
     occur in the input (minus those in the question): the floor of a model that learned which words
     answer but not which fact (0 when the target is not among them)."""
-    check_task_name(task)
-    context, question = sample.input.lower(), sample.question.lower()
-    candidates = {label.lower() for label in TASK_LABELS[task] if label.lower() in context}
-    candidates -= {label for label in candidates if label in question}
+    candidates = labels_in(sample.input, sample.question, task)
     return 1.0 / len(candidates) if sample.target.lower() in candidates else 0.0
 
 

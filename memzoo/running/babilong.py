@@ -208,7 +208,7 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
     keeping them in RUN_DIR/babilong.jsonl and result.json after each. `model`: evaluate it in-process
     instead of loading the run (with isolate off)."""
     run_dir, weights = trained_run(run_dir)
-    method, kept = _method_of(run_dir), read_rows(run_dir)
+    method, kept, longest = _method_of(run_dir), read_rows(run_dir), trained_length(run_dir)
     run_cfg, model = in_process(run_dir, cfg.isolate, cfg.threads, model)
     want = [(t, n, cfg.reset_before_question) for t in cfg.tasks for n in cfg.lengths]
     for task, length, _ in want:
@@ -221,7 +221,7 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
             samples = load_samples(cfg, task, length)
             row = {**evaluate_cell(model, samples, task, length, cfg, run_cfg.train.precision, progress),
                    "rss_isolated": False}
-        row.update(method=method, weights=weights, trained_length=trained_length(run_dir))
+        row.update(method=method, weights=weights, trained_length=longest)
         kept = [r for r in kept if _key(r) != _key(row)] + [row]
         kept.sort(key=lambda r: (r["task"], length_bytes(r["length"]), r["reset_before_question"]))
         _write_rows(run_dir, kept)

@@ -158,10 +158,10 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
         _save(gain_by_segment(df).figure, paths.setdefault("gain_segments", out / "gain_by_segment.png"))
     if is_distance_table(df):
         _save(distance_curves(df), paths.setdefault("distance", out / "distance.png"))
-    if is_babilong_table(df):
-        _save(babilong_curves(df), paths.setdefault("babilong", out / "babilong.png"))
     elif is_capacity_table(df):
         _save(capacity_curves(df), paths.setdefault("capacity", out / "capacity.png"))
+    if is_babilong_table(df):
+        _save(babilong_curves(df), paths.setdefault("babilong", out / "babilong.png"))
     if _has(df, "valid_bpb", "footprint_measured"):
         ax = footprint_vs_bpb(df)
         _save(ax.figure, paths.setdefault("footprint", out / "footprint_vs_bpb.png"))
