@@ -128,15 +128,15 @@ def decay_matrix(cum: Tensor) -> Tensor:
 
 def chunk_coefficients(log_keep: Tensor, log_eta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The chunk's linear recurrences in closed form, from log(1 − α), log η [..., n]:
-    A_i, s_i [..., n], C_ij [..., n, n], E_n / E_j [..., n], and the map of (W⁰, S⁰) to the chunk's
-    end, [[A_n, s_n], [0, E_n]] [..., 2, 2]."""
+    A_i, s_i [..., n], −C_ij [..., n, n], −E_n / E_j [..., n] (negated here, for all chunks at once: the
+    update's sign), and the map of (W⁰, S⁰) to the chunk's end, [[A_n, s_n], [0, E_n]] [..., 2, 2]."""
     la, le = log_keep.cumsum(-1), log_eta.cumsum(-1)  # log A_i, log E_i
     p, q = decay_matrix(la), decay_matrix(le)  # A_i / A_m, E_m / E_j
     c = p @ q  # C_ij = Σ_{j≤m≤i} (A_i/A_m)(E_m/E_j)
     s_coef = (p @ le.exp()[..., None])[..., 0]  # s_i = Σ_{m≤i} (A_i/A_m) E_m
     a_coef, e_end = la.exp(), le[..., -1].exp()
     carry = torch.stack((a_coef[..., -1], s_coef[..., -1], torch.zeros_like(e_end), e_end), -1).unflatten(-1, (2, 2))
-    return a_coef, s_coef, c, q[..., -1, :], carry
+    return a_coef, s_coef, -c, -q[..., -1, :], carry
 
 
 def chunk_step(states: list[Tensor], keys: Tensor, values: Tensor, queries: Tensor, coefs: tuple[Tensor, ...],
@@ -147,13 +147,13 @@ def chunk_step(states: list[Tensor], keys: Tensor, values: Tensor, queries: Tens
     lr = θ: [B, H, n]; coefs: `chunk_coefficients` of the chunk. scores = q kᵀ [B, H, n, n] and
     key_norm2 = ‖k‖² [B, H, n] do not depend on the state (computed for all chunks at once).
     """
-    a_coef, s_coef, c, q_end, carry = coefs
+    a_coef, s_coef, neg_c, neg_q_end, carry = coefs
     deltas, acts = inner_grad([st[:, :, 0] for st in states], keys, values)
     if grad_clip > 0:  # ‖δ aᵀ‖_F = ‖δ‖ ‖a‖ per layer
         a_norm2 = [key_norm2] + [(a * a).sum(-1) for a in acts[1:]]
         norm2 = sum((d * d).sum(-1) * a2 for d, a2 in zip(deltas, a_norm2))  # [B, H, n]
         lr = lr / torch.clamp(torch.sqrt(norm2 + 1e-30) / grad_clip, min=1.0)
-    cl = c * -lr[..., None, :]  # −C_ij θ_j (negated on the small factor: the big terms below are added, and
+    cl = neg_c * lr[..., None, :]  # −C_ij θ_j (the sign on the small factor: the big terms below are added, and
     # their backward needs no negation)
     # Reads at W_i = A_i W⁰ + s_i S⁰ − Σ_j C_ij θ_j δ_j a_jᵀ, layer by layer (the dual form: no per-token
     # weights are materialised).
@@ -166,12 +166,15 @@ def chunk_step(states: list[Tensor], keys: Tensor, values: Tensor, queries: Tens
         z = a_coef[..., None] * rw + s_coef[..., None] * rs + (cl * r_a) @ deltas[l]
         r = F.silu(z) if l < len(states) - 1 else z
     # The state after the chunk's last token: W = A_n W⁰ + s_n S⁰ − Σ_j C_nj θ_j ∇_j, S = E_n S⁰ − Σ_j (E_n/E_j) θ_j ∇_j:
-    # the carry of (W⁰, S⁰) is one [2 x 2] product, both sums one product per layer.
-    upd = torch.stack((cl[..., -1, :], q_end * -lr), dim=2)[..., None]  # [B, H, 2, n, 1], negated
+    # the carry of (W⁰, S⁰) is one [2 x 2] product; both sums are one [2 out × n] @ [n × in] product per row
+    # and head, added to the carry in the same call (no broadcast copy of a_j, no separate addition).
+    upd = torch.stack((cl[..., -1, :], neg_q_end * lr), dim=2)[..., None, :]  # [B, H, 2, 1, n], negated
     new = []
     for st, d, a in zip(states, deltas, acts):
-        grads = (upd * d[:, :, None]).transpose(-1, -2) @ a[:, :, None]  # −Σ_j (…) θ_j δ_j a_jᵀ: [B, H, 2, out, in]
-        new.append((carry @ st.flatten(-2)).view_as(st) + grads)
+        carried = (carry @ st.flatten(-2)).flatten(0, 1)  # [B·H, 2, out·in]
+        u = (d.transpose(-1, -2)[:, :, None] * upd).flatten(0, 1)  # [B·H, 2, out, n]
+        new.append(torch.baddbmm(carried.view(u.shape[0], -1, st.shape[-1]), u.reshape(u.shape[0], -1, u.shape[-1]),
+                                 a.flatten(0, 1)).view_as(st))  # carry − Σ_j (…) θ_j δ_j a_jᵀ: [B·H, 2 out, in]
     return r, new
 
 
