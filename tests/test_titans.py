@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from conftest import tiny_model_config
 from memzoo.core.attention import LocalAttention
 from memzoo.core.memory import LayerInputs, SegmentInputs
-from memzoo.memories.titans import Titans, TitansConfig, inner_grad, l2n, scan_memory
+from memzoo.memories.titans import CausalConv, Titans, TitansConfig, inner_grad, l2n, scan_memory
 
 B, H, D = 2, 2, 4
 TOL = dict(atol=1e-10, rtol=1e-9)
@@ -137,6 +137,22 @@ def test_chunk_one_is_the_exact_recurrence_and_chunks_differ() -> None:
     r1, _, _ = scan_memory(w0, s0, *args, 1, 0.0)
     r4, _, _ = scan_memory(w0, s0, *args, 4, 0.0)
     assert float((r1 - r4).detach().abs().max()) > 1e-4
+
+
+@pytest.mark.parametrize("n", [2, 7])
+def test_causal_conv_matches_the_formula(n: int) -> None:
+    """y_t = SiLU(b + Σ_j w_j x_{t−K+1+j}) with zeros before the segment, per stream, head and channel,
+    against a per-token sum (float64, 1e-12). n = 2 < K − 1: the kernel reaches past the segment's start."""
+    torch.manual_seed(3)
+    conv = CausalConv(3, H, D, 4).double()
+    with torch.no_grad():
+        conv.weight.normal_()
+        conv.bias.normal_()
+    x = torch.randn(3, B, H, n, D, dtype=torch.float64)
+    w, b = conv.weight, conv.bias  # [T, K, H, 1, D], [T, H, 1, D]
+    ref = torch.stack([F.silu(b[:, None, :, 0] + sum(w[:, j, None, :, 0] * x[..., t - 3 + j, :]
+                                                      for j in range(4) if t - 3 + j >= 0)) for t in range(n)], dim=-2)
+    assert torch.allclose(conv(x), ref, atol=1e-12)
 
 
 # -- the plugin ------------------------------------------------------------------------------
