@@ -49,7 +49,16 @@ load average 3-4; `--rounds 5 --steps 1`), the scan before and after it carried 
     before:  memory alone 1.27, model step 1.42
     after:   memory alone 1.43 and 1.55 (two runs), model step 1.46 and 1.48
 
-The scan alone, forward and backward, old against new in one process: 1.07-1.10x. The model step's
+The scan alone, forward and backward, old against new in one process: 1.07-1.10x.
+
+Measured again (2026-11-26, the same kind of machine and load), after the chunk's two update sums
+became one product added to the carry by baddbmm (commit fdead6c; the scan alone 1.09-1.16x, the MAC
+step 1.035x faster than before, in one process):
+
+    memory alone 1.49, model step 1.43 and 1.43 (`--rounds 9 --only model`); the previous scan, run
+    right after: 1.47 (run-to-run spread about +-0.03)
+    model step, both updating the memory's weights every 128 tokens
+      (`--only model --memzoo-chunk 128 --port-batch 128`): 1.56 The model step's
 remaining time is mostly shared dense work (the feed-forward and projection matmuls, 30% of it), so
 a faster scan moves its ratio little: at chunk 16 memzoo is at the 1.5x target on the memory alone
 in one run of two and just under it (1.46-1.48) on the model step.
