@@ -170,11 +170,11 @@ def chunk_step(states: list[Tensor], keys: Tensor, values: Tensor, queries: Tens
     # and head, added to the carry in the same call (no broadcast copy of a_j, no separate addition).
     upd = torch.stack((cl[..., -1, :], neg_q_end * lr), dim=2)[..., None, :]  # [B, H, 2, 1, n], negated
     new = []
+    bh, n = keys.shape[0] * keys.shape[1], keys.shape[-2]
     for st, d, a in zip(states, deltas, acts):
-        carried = (carry @ st.flatten(-2)).flatten(0, 1)  # [B·H, 2, out·in]
-        u = (d.transpose(-1, -2)[:, :, None] * upd).flatten(0, 1)  # [B·H, 2, out, n]
-        new.append(torch.baddbmm(carried.view(u.shape[0], -1, st.shape[-1]), u.reshape(u.shape[0], -1, u.shape[-1]),
-                                 a.flatten(0, 1)).view_as(st))  # carry − Σ_j (…) θ_j δ_j a_jᵀ: [B·H, 2 out, in]
+        carried = (carry @ st.flatten(-2)).view(bh, -1, st.shape[-1])  # [B·H, 2 out, in]
+        u = (d.transpose(-1, -2)[:, :, None] * upd).reshape(bh, -1, n)  # [B·H, 2 out, n]
+        new.append(torch.baddbmm(carried, u, a.flatten(0, 1)).view_as(st))  # carry − Σ_j (…) θ_j δ_j a_jᵀ
     return r, new
 
 
