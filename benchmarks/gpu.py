@@ -2,7 +2,7 @@
 each on CUDA, with tokens/s, model FLOP/s as a fraction of the device's bf16 peak, peak CUDA memory,
 and (where xformers is installed) the xformers and sdpa attention backends checked against each other.
 
-    python benchmarks/gpu.py [--steps 5] [--batch-size 16] [--peak-tflops 989] [--out results/gpu]
+    python benchmarks/gpu.py [--steps 5] [--batch-size 16] [--peak-tflops 989] [--max-seconds 300] [--out results/gpu]
 
 Writes gpu.csv (one row per method) and prints the table. Without CUDA it says so in one line and
 exits 0. Model FLOPs per token = 6 x (weights of every matrix multiply, the tied LM head included)
@@ -68,6 +68,8 @@ def backends_agree(cfg: Any, batch: Any) -> Optional[float]:
         import xformers.ops  # noqa: F401
     except ImportError:
         return None
+    except Exception as err:  # installed but built for another torch or CUDA: say so, measure the rest
+        raise RuntimeError(f"xformers is installed but does not load: {err}") from err
     from memzoo.core.precision import autocast_context
     from memzoo.running.configure import build_model
 
@@ -117,15 +119,29 @@ def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
         bpb = res.nll_sum / max(res.tokens, 1) / LN2
     tokens = tc.batch_size * tc.window_segments * m.segment_len * steps
     flops = model_flops_per_token(model, m.n_layers, m.segment_len, m.d_model)
-    diff = backends_agree(cfg, batch) if cuda else None
+    diff, xf_error = None, None
+    if cuda:
+        try:
+            diff = backends_agree(cfg, batch)
+        except Exception as err:  # xformers failing is a finding for its column, not a lost row
+            xf_error = f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
     return {
         "method": method, "params": model.num_parameters(), "batch_size": tc.batch_size,
         "tokens_per_s": tokens / elapsed, "model_flops_per_token": flops,
         "model_tflops": flops * tokens / elapsed / 1e12, "mfu": flops * tokens / elapsed / peak,
         "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None, "train_bpb_last": bpb,
-        "xformers_rel_diff": diff, "xformers_ok": None if diff is None else diff <= XFORMERS_RTOL,
+        "xformers_rel_diff": diff, "xformers_ok": None if diff is None else diff <= XFORMERS_RTOL, "xformers_error": xf_error,
         "status": "ok" if math.isfinite(bpb) else "loss not finite",
     }
+
+
+def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
+    """The rows so far as a CSV with every column any row has, in first-seen order."""
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -134,6 +150,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--batch-size", type=int, default=None, help="rows per step (default: the suite's train.batch_size)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="the device's bf16 peak (default: measured)")
     ap.add_argument("--methods", default=None, help="comma-separated subset of the registered methods")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="start no further method after this many seconds (the rest get a 'not measured' row)")
     ap.add_argument("--out", default="results/gpu")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -153,8 +171,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"{device}: bf16 peak {peak / 1e12:.0f} TFLOP/s ({'given' if args.peak_tflops else 'measured'}); "
           f"paper-gpu backbone: {first.model.n_layers} layers, d_model {first.model.d_model}, "
           f"segments of {first.model.segment_len}", flush=True)
-    rows = []
+    rows, began = [], time.perf_counter()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     for method, cfg in configs.items():
+        if args.max_seconds is not None and time.perf_counter() - began > args.max_seconds:
+            rows.append({"device": device, "method": method, "status": f"not measured (--max-seconds {args.max_seconds:g})"})
+            continue
         try:
             row = bench_method(method, cfg, docs, args.steps, peak)
         except torch.cuda.OutOfMemoryError as err:
@@ -162,19 +185,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         torch.cuda.empty_cache()
         rows.append({"device": device, "peak_tflops": peak / 1e12, **row})
         if "tokens_per_s" in row:
-            xf = "n/a" if row["xformers_rel_diff"] is None else f"{row['xformers_rel_diff']:.1e}"
+            xf = (row["xformers_error"] or "n/a") if row["xformers_rel_diff"] is None else f"{row['xformers_rel_diff']:.1e}"
             print(f"{method:14s} {row['params']:>11,} params {row['tokens_per_s']:>10,.0f} tok/s "
                   f"{row['model_tflops']:6.1f} TFLOP/s  MFU {row['mfu']:5.1%}  peak {row['peak_cuda_mb']:8,.0f} MB  "
                   f"bpb {row['train_bpb_last']:.3f}  xformers-vs-sdpa {xf}  {row['status']}", flush=True)
         else:
             print(f"{method:14s} {row['status']}", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    fields = list(dict.fromkeys(k for r in rows for k in r))  # every column, in first-seen order
-    with open(out / "gpu.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+        write_rows(rows, out / "gpu.csv")  # after every method: a killed run keeps the rows it measured
+    write_rows(rows, out / "gpu.csv")
     print(f"wrote {out / 'gpu.csv'}")
     bad = [r["method"] for r in rows if r.get("status") == "loss not finite" or r.get("xformers_ok") is False]
     return 1 if bad else 0

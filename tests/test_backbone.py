@@ -52,7 +52,58 @@ def test_xformers_backend_on_cpu_is_a_clear_error() -> None:
 
 
 def test_auto_backend_uses_sdpa_on_cpu() -> None:
-    assert LocalAttention(10000.0, "auto")._use_xformers(torch.device("cpu")) is False
+    assert LocalAttention(10000.0, "auto")._use_xformers(torch.zeros(1, 1, 2, 4)) is False
+
+
+def fake_xformers(monkeypatch, attention) -> None:
+    """Install a stand-in `xformers.ops` whose memory_efficient_attention is `attention`."""
+    import sys
+    import types
+
+    import memzoo.core.attention as module
+
+    ops = types.ModuleType("xformers.ops")
+    ops.memory_efficient_attention = attention
+    ops.LowerTriangularMask = lambda: None
+    pkg = types.ModuleType("xformers")
+    pkg.ops = ops
+    monkeypatch.setitem(sys.modules, "xformers", pkg)
+    monkeypatch.setitem(sys.modules, "xformers.ops", ops)
+    monkeypatch.setattr(module, "_XFORMERS_RUNS", {})
+
+
+def test_auto_skips_an_xformers_whose_kernels_do_not_run(monkeypatch) -> None:
+    """Seen on an H200: an xformers wheel built for another torch imports, then every call raises
+    NotImplementedError ('xFormers wasn't built with CUDA support'). `auto` must probe and fall back
+    to sdpa with one warning naming the error, once per device and dtype; a working one is used."""
+    from memzoo.core.attention import xformers_runs
+
+    calls = []
+
+    def broken(q, k, v, attn_bias=None):
+        calls.append(q.dtype)
+        raise NotImplementedError("No operator found for `memory_efficient_attention_forward`")
+
+    fake_xformers(monkeypatch, broken)
+    with pytest.warns(RuntimeWarning, match="does not run on cpu for torch.bfloat16.*NotImplementedError: No operator"):
+        assert xformers_runs(torch.device("cpu"), torch.bfloat16) is False
+    assert xformers_runs(torch.device("cpu"), torch.bfloat16) is False  # cached: probed once
+    assert calls == [torch.bfloat16]
+
+    fake_xformers(monkeypatch, lambda q, k, v, attn_bias=None: q)
+    assert xformers_runs(torch.device("cpu"), torch.bfloat16) is True
+
+
+def test_auto_without_xformers_installed_is_sdpa(monkeypatch) -> None:
+    import sys
+
+    import memzoo.core.attention as module
+    from memzoo.core.attention import xformers_runs
+
+    monkeypatch.setitem(sys.modules, "xformers", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "xformers.ops", None)
+    monkeypatch.setattr(module, "_XFORMERS_RUNS", {})
+    assert xformers_runs(torch.device("cpu"), torch.float32) is False
 
 
 def test_rope_matches_complex_rotation_and_is_relative() -> None:

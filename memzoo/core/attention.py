@@ -5,6 +5,7 @@ positions), so RoPE sees the same offsets whether a sequence is streamed or run 
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -28,6 +29,31 @@ def rope(x: Tensor, pos: Tensor, base: float) -> Tensor:
     x1, x2 = x[..., :half].float(), x[..., half:].float()
     out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
     return out.to(x.dtype)
+
+
+_XFORMERS_RUNS: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def xformers_runs(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether xformers is installed and its attention kernel runs on `device` for `dtype`, probed once
+    per (device, dtype). An installed xformers built for another torch or CUDA (or without CUDA) imports
+    fine and fails at the first call: `auto` must then fall back to sdpa, not crash mid-run."""
+    key = (str(device), dtype)
+    if key not in _XFORMERS_RUNS:
+        try:
+            import xformers.ops as xops
+
+            x = torch.ones(1, 8, 1, 16, device=device, dtype=dtype)  # [B, N, H, D]
+            xops.memory_efficient_attention(x, x, x, attn_bias=xops.LowerTriangularMask())
+            _XFORMERS_RUNS[key] = True
+        except ImportError:
+            _XFORMERS_RUNS[key] = False
+        except Exception as err:  # installed but unusable here: say so once, use sdpa
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            warnings.warn(f"attention_backend='auto': xformers is installed but does not run on {device} for {dtype} "
+                          f"({type(err).__name__}: {first}); using sdpa", RuntimeWarning, stacklevel=2)
+            _XFORMERS_RUNS[key] = False
+    return _XFORMERS_RUNS[key]
 
 
 @dataclass
@@ -63,7 +89,9 @@ class LocalAttention:
             raise ValueError(f"segment_mask must be a square bool [N, N] tensor; got {mask.dtype} {list(mask.shape)}")
         return LocalAttention(self.rope_base, self.backend, mask)
 
-    def _use_xformers(self, device: torch.device) -> bool:
+    def _use_xformers(self, x: Tensor) -> bool:
+        """xformers when asked for, or under `auto` on CUDA where its kernel runs for x's dtype."""
+        device = x.device
         if self.backend == "sdpa":
             return False
         if self.backend == "xformers":
@@ -73,13 +101,7 @@ class LocalAttention:
                     "use attention_backend='sdpa' or 'auto'"
                 )
             return True
-        if device.type != "cuda":
-            return False
-        try:
-            import xformers.ops  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return device.type == "cuda" and xformers_runs(device, x.dtype)
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, prefix: Optional[KVPrefix] = None) -> Tensor:
         """q, k, v: [B, H, N, D] without positional encoding; returns [B, H, N, D]."""
@@ -92,7 +114,7 @@ class LocalAttention:
         if prefix is None:
             if within is not None:
                 return self._masked(q_r, k_r, v, within)
-            if self._use_xformers(q.device):
+            if self._use_xformers(q):
                 return self._xformers(q_r, k_r, v, None)
             return F.scaled_dot_product_attention(q_r, k_r, v, is_causal=True)
         pk = rope(prefix.k.to(q.dtype), prefix.pos, self.rope_base)
@@ -102,21 +124,21 @@ class LocalAttention:
         mask = torch.cat(
             (prefix.valid[:, None, :].expand(-1, n, -1), causal.expand(q.shape[0], -1, -1)), dim=-1
         )[:, None]  # [B, 1, N, M+N]
-        if self._use_xformers(q.device):
+        if self._use_xformers(q):
             return self._xformers(q_r, k_all, v_all, mask)
         return F.scaled_dot_product_attention(q_r, k_all, v_all, attn_mask=mask)
 
     def with_mask(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, mask: Tensor) -> Tensor:
         """General form: explicit positions and a boolean mask [B, 1, Nq, Nk] (True = may attend)."""
         q_r, k_r = rope(q, q_pos, self.rope_base), rope(k, k_pos, self.rope_base)
-        if self._use_xformers(q.device):
+        if self._use_xformers(q):
             return self._xformers(q_r, k_r, v, mask)
         return F.scaled_dot_product_attention(q_r, k_r, v, attn_mask=mask)
 
     def _masked(self, q_r: Tensor, k_r: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """Rotated q, k [B, H, N, D] under an explicit mask [N, N] (True = may attend)."""
         mask = mask.to(q_r.device)
-        if self._use_xformers(q_r.device):
+        if self._use_xformers(q_r):
             return self._xformers(q_r, k_r, v, mask)
         return F.scaled_dot_product_attention(q_r, k_r, v, attn_mask=mask)
 
