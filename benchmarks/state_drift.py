@@ -1,0 +1,163 @@
+"""What a memory's state holds as the gap grows (issue 24's diagnosis, for any memory): the `distance`
+suite's own examples streamed through a trained run, and at each gap G, per state tensor,
+
+    drift(G)  = ||S_G - S_0|| / ||S_0||           how far the state moved after the last write
+    filler(G) = ||S_G - S_0|| / ||S_0 - S_pre||   the filler's writes against the pairs' own write
+
+with S_pre the state before the pairs' segment, S_0 right after the last write, S_G before the
+queries' segment at gap G (norms per example, then the median over the examples whose state is finite),
+the state's norm, the share of examples whose state overflowed to inf or NaN, and the recall at G on
+the same examples, split by whether their state overflowed. A memory whose filler writes grow past
+its pairs' write (filler > 1) overwrites what it stored; one whose state stays put (drift ~ 0) and
+still loses recall has a read that changed, not a state.
+
+    python benchmarks/state_drift.py RUN_DIR [RUN_DIR ...] [--gaps 8,64,512,4096] [--trials 32] [--float64] [--set KEY=VALUE] [--out results/bench]
+
+Appends one row per (run, gap, state tensor) to state_drift.csv and prints a table per run.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from memzoo.core.model import ModelState
+from memzoo.running.checkpoints import load_trained
+from memzoo.running.distance import distance_batch, recall_scores
+from memzoo.running.generate import StreamingDecoder
+from memzoo.running.recall_stream import training_layout
+
+
+def flat_state(state: ModelState) -> dict[str, Tensor]:
+    """Every floating-point state tensor as [B, numbers] in float64, named part.key (part: layer
+    index, or 'model' for a model-level memory)."""
+    parts = [(str(i), s) for i, s in enumerate(state.layers)] + [("model", state.model)]
+    return {f"{p}.{k}": v.detach().double().flatten(1).cpu() for p, s in parts for k, v in s.items()
+            if isinstance(v, Tensor) and v.is_floating_point() and v.dim() >= 1}
+
+
+def row_norm(x: Tensor) -> Tensor:
+    return x.norm(dim=1)  # [B]
+
+
+def state_metrics(before: dict[str, Tensor], after: dict[str, Tensor], now: dict[str, Tensor],
+                  hits: Tensor) -> list[dict[str, Any]]:
+    """Per state tensor (each [B, numbers]: S_pre, S_0, S_G) with hits [B] (recall per example at G):
+    the share of examples whose state overflowed (inf or NaN in any tensor), the recall of the others
+    and of those, and over the others the medians of log10 |S_G|, drift and filler (module doc)."""
+    finite = torch.stack([torch.isfinite(v).all(1) for v in now.values()]).all(0)  # [B]
+    rows = []
+    for name, s0 in after.items():
+        moved = row_norm(now[name] - s0)  # [B]
+        drift = (moved / row_norm(s0).clamp_min(1e-30))[finite]
+        filler = (moved / row_norm(s0 - before[name]).clamp_min(1e-30))[finite]
+        norm = row_norm(now[name])[finite]
+        med = lambda x: x.median().item() if len(x) else float("nan")  # noqa: E731
+        rows.append({"state": name, "numbers": s0.shape[1], "nonfinite_rows": 1 - finite.double().mean().item(),
+                     "recall_finite_rows": hits[finite].mean().item() if finite.any() else float("nan"),
+                     "recall_nonfinite_rows": hits[~finite].mean().item() if (~finite).any() else float("nan"),
+                     "log10_norm_median": med(norm.log10()), "drift_median": med(drift),
+                     "filler_over_write_median": med(filler)})
+    return rows
+
+
+@torch.no_grad()
+def drift_rows(run_dir: str, gaps: list[int], trials: int, seed: int = 0, segments_per_call: int = 64,
+               float64: bool = False, options: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One row per (gap, state tensor) of one trained distance run, on the distance suite's examples
+    (float64: the trained weights and every state in float64, the same computation with 2^971 x the range;
+    options: memory options changed on the trained model, e.g. {"norm_floor": "0"})."""
+    cfg, model = load_trained(run_dir)
+    model.eval()
+    for key, value in (options or {}).items():  # on every memory's config (the model's and each layer's)
+        found = [m.cfg for m in model.modules() if hasattr(m, "cfg") and hasattr(m.cfg, key)]
+        if not found:
+            raise ValueError(f"--set {key}={value}: no memory of {run_dir} has an option {key!r}")
+        for c in found:
+            setattr(c, key, type(getattr(c, key))(value))
+    if float64:
+        model.double()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64 if float64 else default)  # the states a plugin creates
+    try:
+        return _stream_rows(run_dir, cfg, model, gaps, trials, seed, segments_per_call, float64, options)
+    finally:
+        torch.set_default_dtype(default)
+
+
+def _stream_rows(run_dir: str, cfg: Any, model: Any, gaps: list[int], trials: int, seed: int, segments_per_call: int,
+                 float64: bool, options: dict[str, str] | None) -> list[dict[str, Any]]:
+    """drift_rows' stream, once the model is loaded and set up."""
+    layout, n = training_layout(cfg.task), model.cfg.segment_len
+    gaps = sorted(set(gaps))
+    batch = distance_batch(layout, gaps[-1], trials, n, seed)
+    examples = [batch.example(row) for row in range(trials)]
+    data = batch.tokens.long()  # [B, (R + G_max + 1) N]
+    query = data[:, batch.query_segment * n :]  # [B, N]
+    offsets = [[p - batch.query_segment * n for p in e.scored_positions] for e in examples]
+    decoder = StreamingDecoder(model, trials, segments_per_call, "fp32")
+    last_write = int(batch.pairs_segment[0]) + layout["rewrites"]  # the pairs open segment 0
+    before = flat_state(decoder.state)
+    done = (last_write + 1) * n
+    decoder.feed(data[:, :done])
+    after = flat_state(decoder.state)
+    rows = []
+    for gap in gaps:
+        stop = (last_write + gap) * n
+        if stop > done:
+            decoder.feed(data[:, done:stop])
+            done = stop
+        now = flat_state(decoder.state)
+        logits = decoder.peek(query)  # [B, N, V]
+        predicted = [logits[i, offsets[i]].argmax(-1).tolist() for i in range(trials)]
+        scores = recall_scores(predicted, examples)
+        hits = torch.tensor([h / max(q, 1) for h, q in zip(scores["recall_hits_by_example"], scores["recall_queries_by_example"])],
+                            dtype=torch.float64)  # [B]
+        rows += [{"run": str(run_dir), "method": cfg.memory.name, "seed": cfg.seed, "float64": float64,
+                  "options": str(options or {}), "gap_segments": gap, "trials": trials,
+                  "recall_accuracy": scores["recall_accuracy"], **m} for m in state_metrics(before, after, now, hits)]
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="trained run folders of the distance suite (its last stage)")
+    ap.add_argument("--gaps", default="8,64,512,4096")
+    ap.add_argument("--trials", type=int, default=32)
+    ap.add_argument("--states", default=None, help="comma-separated substrings: print only state tensors matching one")
+    ap.add_argument("--float64", action="store_true", help="weights and state in float64 (does the overflow cause the misses?)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change a memory option of the trained model for the stream (e.g. norm_floor=0)")
+    ap.add_argument("--out", default="results/bench")
+    args = ap.parse_args()
+    options = dict(kv.split("=", 1) for kv in args.set)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "state_drift.csv"
+    gaps = [int(g) for g in args.gaps.split(",")]
+    for run in args.runs:
+        rows = drift_rows(run, gaps, args.trials, float64=args.float64, options=options)
+        new = not path.exists()
+        with open(path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+        print(f"{run} ({rows[0]['method']}, seed {rows[0]['seed']}): medians over the rows whose state is finite; "
+              f"'overflowed': rows with inf or NaN in any state tensor")
+        for r in rows:
+            if args.states and not any(x in r["state"] for x in args.states.split(",")):
+                continue
+            print(f"  gap {r['gap_segments']:>5}  {r['state']:10s} recall {r['recall_accuracy']:.2f} (finite rows "
+                  f"{r['recall_finite_rows']:.2f}, overflowed {r['recall_nonfinite_rows']:.2f})  overflowed "
+                  f"{r['nonfinite_rows']:.2f}  log10|S| {r['log10_norm_median']:6.1f}  drift {r['drift_median']:.3g}  "
+                  f"filler {r['filler_over_write_median']:.3g}", flush=True)
+    print(f"appended to {path}")
+
+
+if __name__ == "__main__":
+    main()
