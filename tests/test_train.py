@@ -77,6 +77,30 @@ def test_interruption_inside_a_step_resumes_exactly_with_dropout(tmp_path: Path,
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_step_with_non_finite_gradients_stops_the_run_and_keeps_the_last_weights(tmp_path: Path, monkeypatch) -> None:
+    """Seen on a distance run: one batch whose state diverged gave a NaN gradient, the step applied it,
+    and every later step and checkpoint was NaN. Now step 3's NaN gradient stops the run with an error
+    naming the step, and the checkpoint holds the finite weights of step 2."""
+    import memzoo.running.train as train_module
+
+    real, calls = train_module.train_window, {"n": 0}
+
+    def diverging(*args, **kwargs):
+        result = real(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            next(p for p in args[0].parameters() if p.grad is not None).grad.fill_(float("nan"))
+        return result
+
+    cfg = config(tmp_path, "infini-linear", "name=nan", "train.checkpoint_every=0")
+    monkeypatch.setattr(train_module, "train_window", diverging)
+    with pytest.raises(train_module.NonFiniteStep, match=r"step 3's gradient norm is nan.*weights of step 2 are kept"):
+        train(cfg, progress=False, evaluate_at_end=False)
+    saved = load_checkpoint(tmp_path / "nan")
+    assert saved["step"] == 2
+    assert all(bool(torch.isfinite(v).all()) for v in saved["model"].values() if v.is_floating_point())
+
+
 def test_bits_per_byte_of_a_uniform_model_is_exactly_eight() -> None:
     from memzoo.data.corpus import Document
     from memzoo.running.evaluate import evaluate_model

@@ -61,6 +61,10 @@ def run_dir_for(cfg: DictConfig) -> Path:
     return Path(cfg.out_dir) / cfg.name
 
 
+class NonFiniteStep(RuntimeError):
+    """A training step whose gradients are not finite: the run stops before applying it."""
+
+
 def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, evaluate_at_end: bool = True,
           on_step: Optional[Callable[[int], None]] = None, progress: bool = True) -> Path:
     """Train per `cfg` into `run_dir` (default out_dir/name), resuming from its checkpoint if any.
@@ -146,6 +150,11 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
                 lm_sum, lm_n = dist.all_sum([mixed.lm_nll, mixed.lm_tokens], rank, device)
                 lm_bpb = lm_sum / max(lm_n, 1) / LN2
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            if not bool(torch.isfinite(grad_norm)):  # one NaN step would overwrite every weight and checkpoint
+                raise NonFiniteStep(f"train {cfg.name}: step {step + 1}'s gradient norm is {float(grad_norm)} "
+                                    f"(loss {float(res.nll_sum) / max(float(res.tokens), 1) / LN2:.4g} bits a byte); "
+                                    f"not applied: the weights of step {step} are kept in {run_dir / 'checkpoint.pt'} "
+                                    f"(the run diverged: a state that overflows, or the learning rate)")
             in_update = True
             optimizer.step()
             step += 1
