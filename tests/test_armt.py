@@ -46,7 +46,8 @@ def outputs(seed: int, t: int = M) -> torch.Tensor:
 def write_ref(mem, state, x):
     layer = mem.layers[0]
     return armt_write_reference(state["A.0"], state["z.0"], x[:, -mem.m :], layer.W_K.weight, layer.W_V.weight,
-                                layer.W_beta.weight[0], layer.W_beta.bias[0], NU, EPS, ~state["written"], mem.floor)
+                                layer.W_beta.weight[0], layer.W_beta.bias[0], NU, EPS, ~state["written"], mem.floor,
+                                rms=mem.write_norm == "rms")
 
 
 def gammas(mem, state, x) -> torch.Tensor:
@@ -65,12 +66,14 @@ def test_dpfp_is_the_reference_feature_map() -> None:
         assert torch.equal(phi, torch.stack([dpfp_reference(row, nu) for row in x]))
 
 
+@pytest.mark.parametrize("write_norm", ["none", "rms"])
 @pytest.mark.parametrize("floor", [0.0, 1.0], ids=["paper", "floored"])
 @pytest.mark.parametrize("z_scale", [0.05, 0.2, 3.0], ids=["small-z", "gamma-mixed", "gamma-all-clipped"])
-def test_write_matches_equations_values_and_gradients(z_scale: float, floor: float) -> None:
+def test_write_matches_equations_values_and_gradients(z_scale: float, floor: float, write_norm: str) -> None:
     """after_layer == Eqs. 1–3 token by token (one written row, one empty row); gradients to the
-    memory tokens' outputs, A, z and W_K, W_V, W_β agree, with the paper's bare denominators and floored."""
-    mem = plugin(norm_floor=floor)
+    memory tokens' outputs, A, z and W_K, W_V, W_β agree, with the paper's bare denominators and floored,
+    from the raw outputs (the paper) and from unit-RMS outputs (write_norm rms)."""
+    mem = plugin(norm_floor=floor, write_norm=write_norm)
     x = outputs(1, t=5)  # 2 segment positions, then the m = 3 memory tokens
     state = random_state(mem, 2, z_scale)
     new = mem.after_layer(0, x, state)
@@ -86,6 +89,18 @@ def test_write_matches_equations_values_and_gradients(z_scale: float, floor: flo
     want = torch.autograd.grad((ref_a * wa).sum() + (ref_z * wz).sum(), wrt)
     for name, g, r in zip("x A z W_K W_V W_beta b_beta".split(), got, want):
         assert torch.allclose(g, r, rtol=1e-10, atol=1e-12), f"gradient to {name} differs from the equations'"
+
+
+def test_rms_write_does_not_grow_with_the_residual_stream() -> None:
+    """write_norm rms: memory-token outputs 1,000 times larger (a read that grew the residual stream)
+    write exactly what they wrote before; the paper's write grows (k with the square, v linearly)."""
+    x = outputs(3, t=5)
+    for write_norm, same in (("rms", True), ("none", False)):
+        mem = plugin(write_norm=write_norm)
+        state = random_state(mem, 4)
+        small, large = mem.after_layer(0, x, state), mem.after_layer(0, 1000 * x, state)
+        assert torch.allclose(small["A.0"], large["A.0"], rtol=1e-4, atol=1e-4) is same, write_norm
+        assert torch.allclose(small["z.0"], large["z.0"], rtol=1e-4, atol=1e-4) is same, write_norm
 
 
 def test_norm_floor_never_binds_at_a_written_key() -> None:
@@ -278,7 +293,7 @@ def test_float32_state_under_bf16_autocast() -> None:
 
 
 def test_bad_options_are_refused() -> None:
-    for bad in ({"d_mem": 0}, {"nu": 0}, {"n_mem_tokens": 0}, {"eps": 0.0}):
+    for bad in ({"d_mem": 0}, {"nu": 0}, {"n_mem_tokens": 0}, {"eps": 0.0}, {"write_norm": "layer"}):
         with pytest.raises(ValueError, match=f"armt {next(iter(bad))}"):
             AssociativeRecurrentMemory(ARMTConfig(**bad), tiny_model_config())
 

@@ -21,6 +21,8 @@ tokens written at once from the same A, z (the paper's batched sum, as the autho
     A  ← A + Σ_i β_i (v_i − v̄_i) ⊗ k_i
     z  ← z + Σ_i γ_i k_i                                                (z is NOT weighted by β)
 
+Not in the paper (`write_norm: rms`, default off): k, v and β from the memory tokens' outputs scaled to
+unit RMS, m̂ = m / sqrt(mean(m²) + 1e-6), bounding the read -> write loop (issue 24's diagnosis).
 ε = 1e-5 (`eps`) where the authors' single-head code has it (the paper writes the ratios bare).
 Not in the paper (`norm_floor`, 0 restores it): the read's and v̄'s denominators are at least
 ‖φ‖² (a written key has zᵀk >= ‖k‖², so this never binds at one); without it a query whose DPFP
@@ -59,6 +61,18 @@ class ARMTConfig:
     # authors' bare zᵀφ + ε). A written key always has zᵀk >= ‖k‖², so 1 never binds at a written key;
     # it stops the 1/ε blow-up of a query whose features z does not cover (zᵀφ = 0 exactly under DPFP).
     norm_floor: float = 1.0
+    # Not in the paper: "rms" writes from the memory tokens' outputs scaled to unit RMS per token (no
+    # learned gain), so k and v no longer grow with what the read added to the residual stream: the
+    # read -> write loop through the memory tokens has no gain in scale. "none" is the paper.
+    write_norm: str = "none"
+
+
+WRITE_NORMS = ("none", "rms")
+
+
+def unit_rms(x: Tensor, eps: float = 1e-6) -> Tensor:
+    """x / sqrt(mean(x²) + eps) over the last dim: the memory tokens' outputs at a fixed scale."""
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
 
 
 def dpfp(x: Tensor, nu: int) -> Tensor:
@@ -129,6 +143,9 @@ class AssociativeRecurrentMemory(ModelMemory):
             raise ValueError(f"armt eps={cfg.eps}; expected > 0 (it keeps the empty and zero-key ratios finite)")
         if not cfg.norm_floor >= 0:
             raise ValueError(f"armt norm_floor={cfg.norm_floor}; expected >= 0 (0 = the paper's bare denominator)")
+        if cfg.write_norm not in WRITE_NORMS:
+            raise ValueError(f"armt write_norm={cfg.write_norm!r}; expected one of {WRITE_NORMS} ('none' = the paper)")
+        self.write_norm = cfg.write_norm
         self.m, self.nu, self.eps, self.floor = int(cfg.n_mem_tokens), int(cfg.nu), float(cfg.eps), float(cfg.norm_floor)
         self.d_key = 2 * self.nu * int(cfg.d_mem)
         d = model.d_model
@@ -180,6 +197,8 @@ class AssociativeRecurrentMemory(ModelMemory):
         layer = self.layers[index]
         with torch.autocast(device_type=x.device.type, enabled=False):
             mem = x[:, -self.m :].to(self._dtype(x))  # [B, m, d] the memory tokens' outputs
+            if self.write_norm == "rms":
+                mem = unit_rms(mem)  # [B, m, d], not in the paper
             w = lambda lin: lin.weight.to(mem.dtype)  # noqa: E731
             k = dpfp(F.linear(mem, w(layer.W_K)), self.nu)  # [B, m, d_key]
             v = F.linear(mem, w(layer.W_V))  # [B, m, d]
