@@ -47,7 +47,7 @@ def write_ref(mem, state, x):
     layer = mem.layers[0]
     return armt_write_reference(state["A.0"], state["z.0"], x[:, -mem.m :], layer.W_K.weight, layer.W_V.weight,
                                 layer.W_beta.weight[0], layer.W_beta.bias[0], NU, EPS, ~state["written"], mem.floor,
-                                rms=mem.write_norm == "rms")
+                                write_norm=mem.write_norm)
 
 
 def gammas(mem, state, x) -> torch.Tensor:
@@ -66,13 +66,14 @@ def test_dpfp_is_the_reference_feature_map() -> None:
         assert torch.equal(phi, torch.stack([dpfp_reference(row, nu) for row in x]))
 
 
-@pytest.mark.parametrize("write_norm", ["none", "rms"])
+@pytest.mark.parametrize("write_norm", ["none", "rms", "rms-kv"])
 @pytest.mark.parametrize("floor", [0.0, 1.0], ids=["paper", "floored"])
 @pytest.mark.parametrize("z_scale", [0.05, 0.2, 3.0], ids=["small-z", "gamma-mixed", "gamma-all-clipped"])
 def test_write_matches_equations_values_and_gradients(z_scale: float, floor: float, write_norm: str) -> None:
     """after_layer == Eqs. 1–3 token by token (one written row, one empty row); gradients to the
     memory tokens' outputs, A, z and W_K, W_V, W_β agree, with the paper's bare denominators and floored,
-    from the raw outputs (the paper) and from unit-RMS outputs (write_norm rms)."""
+    from the raw outputs (the paper), from unit-RMS outputs (write_norm rms) and with β alone from the
+    raw ones (rms-kv)."""
     mem = plugin(norm_floor=floor, write_norm=write_norm)
     x = outputs(1, t=5)  # 2 segment positions, then the m = 3 memory tokens
     state = random_state(mem, 2, z_scale)
@@ -93,8 +94,12 @@ def test_write_matches_equations_values_and_gradients(z_scale: float, floor: flo
 
 def test_rms_write_does_not_grow_with_the_residual_stream() -> None:
     """write_norm rms: memory-token outputs 1,000 times larger (a read that grew the residual stream)
-    write exactly what they wrote before; the paper's write grows (k with the square, v linearly)."""
+    write exactly what they wrote before; the paper's write grows (k with the square, v linearly).
+    rms-kv: the keys (so z) do not grow either; only β, which stays in [0, 1], sees the scale."""
     x = outputs(3, t=5)
+    mem = plugin(write_norm="rms-kv")
+    state = random_state(mem, 4)
+    assert torch.allclose(mem.after_layer(0, x, state)["z.0"], mem.after_layer(0, 1000 * x, state)["z.0"], rtol=1e-4, atol=1e-4)
     for write_norm, same in (("rms", True), ("none", False)):
         mem = plugin(write_norm=write_norm)
         state = random_state(mem, 4)

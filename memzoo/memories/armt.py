@@ -21,8 +21,9 @@ tokens written at once from the same A, z (the paper's batched sum, as the autho
     A  ← A + Σ_i β_i (v_i − v̄_i) ⊗ k_i
     z  ← z + Σ_i γ_i k_i                                                (z is NOT weighted by β)
 
-Not in the paper (`write_norm: rms`, default off): k, v and β from the memory tokens' outputs scaled to
-unit RMS, m̂ = m / sqrt(mean(m²) + 1e-6), bounding the read -> write loop (issue 24's diagnosis).
+Not in the paper (`write_norm`, default none): `rms` takes k, v and β from the memory tokens' outputs
+scaled to unit RMS, m̂ = m / sqrt(mean(m²) + 1e-6), bounding the read -> write loop (issue 24's
+diagnosis); `rms-kv` takes k and v from m̂ and β from m.
 ε = 1e-5 (`eps`) where the authors' single-head code has it (the paper writes the ratios bare).
 Not in the paper (`norm_floor`, 0 restores it): the read's and v̄'s denominators are at least
 ‖φ‖² (a written key has zᵀk >= ‖k‖², so this never binds at one); without it a query whose DPFP
@@ -63,11 +64,13 @@ class ARMTConfig:
     norm_floor: float = 1.0
     # Not in the paper: "rms" writes from the memory tokens' outputs scaled to unit RMS per token (no
     # learned gain), so k and v no longer grow with what the read added to the residual stream: the
-    # read -> write loop through the memory tokens has no gain in scale. "none" is the paper.
+    # read -> write loop through the memory tokens has no gain in scale. "rms-kv": k and v from the
+    # scaled outputs, β from the raw ones (β is in [0, 1] whatever the scale, and a large output
+    # can still shut it exactly). "none" is the paper.
     write_norm: str = "none"
 
 
-WRITE_NORMS = ("none", "rms")
+WRITE_NORMS = ("none", "rms", "rms-kv")
 
 
 def unit_rms(x: Tensor, eps: float = 1e-6) -> Tensor:
@@ -197,12 +200,12 @@ class AssociativeRecurrentMemory(ModelMemory):
         layer = self.layers[index]
         with torch.autocast(device_type=x.device.type, enabled=False):
             mem = x[:, -self.m :].to(self._dtype(x))  # [B, m, d] the memory tokens' outputs
-            if self.write_norm == "rms":
-                mem = unit_rms(mem)  # [B, m, d], not in the paper
+            kv_in = mem if self.write_norm == "none" else unit_rms(mem)  # [B, m, d] (unit RMS: not in the paper)
+            beta_in = unit_rms(mem) if self.write_norm == "rms" else mem  # [B, m, d]
             w = lambda lin: lin.weight.to(mem.dtype)  # noqa: E731
-            k = dpfp(F.linear(mem, w(layer.W_K)), self.nu)  # [B, m, d_key]
-            v = F.linear(mem, w(layer.W_V))  # [B, m, d]
-            beta = torch.sigmoid(F.linear(mem, w(layer.W_beta), layer.W_beta.bias.to(mem.dtype)))  # [B, m, 1]
+            k = dpfp(F.linear(kv_in, w(layer.W_K)), self.nu)  # [B, m, d_key]
+            v = F.linear(kv_in, w(layer.W_V))  # [B, m, d]
+            beta = torch.sigmoid(F.linear(beta_in, w(layer.W_beta), layer.W_beta.bias.to(mem.dtype)))  # [B, m, 1]
             A, z = state[f"A.{index}"].to(mem.dtype), state[f"z.{index}"].to(mem.dtype)
             A, z = associative_write(A, z, k, v, beta, ~state["written"], self.eps, self.floor)
         return {**state, f"A.{index}": A, f"z.{index}": z}

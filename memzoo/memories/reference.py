@@ -158,7 +158,7 @@ def armt_read_reference(h: Tensor, A: Tensor, z: Tensor, W_Q: Tensor, nu: int, e
 
 def armt_write_reference(A: Tensor, z: Tensor, mem: Tensor, W_K: Tensor, W_V: Tensor, w_beta: Tensor, b_beta: Tensor,
                          nu: int, eps: float, empty: Tensor, floor: float = 0.0,
-                         rms: bool = False) -> tuple[Tensor, Tensor]:
+                         write_norm: str = "none") -> tuple[Tensor, Tensor]:
     """ARMT's write (Eqs. 1–3) from the memory tokens' outputs mem [B, m, d], token by token, every
     token reading the same A, z from before the write (the paper's sum; the authors' code):
 
@@ -168,7 +168,8 @@ def armt_write_reference(A: Tensor, z: Tensor, mem: Tensor, W_K: Tensor, W_V: Te
         A ← A + Σ_i β_i (v_i − v̄_i) k_iᵀ,   z ← z + Σ_i γ_i k_i
 
     A [B, d_key, d] (the paper's matrix transposed), z [B, d_key]; returns (A', z') in that layout.
-    rms (`write_norm: rms`, not in the paper): every m_i is first divided by sqrt(Σ_j m_ij² / d + 1e-6).
+    write_norm (not in the paper): "rms" divides every m_i by sqrt(Σ_j m_ij² / d + 1e-6) first; "rms-kv"
+    does so for k_i and v_i only, β_i keeps the raw m_i.
     """
     new_a, new_z = [], []
     for b in range(mem.shape[0]):
@@ -176,10 +177,11 @@ def armt_write_reference(A: Tensor, z: Tensor, mem: Tensor, W_K: Tensor, W_V: Te
         dA, dz = torch.zeros_like(A_paper), torch.zeros_like(zb)
         for i in range(mem.shape[1]):
             m_i = mem[b, i]
-            if rms:
-                m_i = m_i / torch.sqrt((m_i @ m_i) / m_i.numel() + 1e-6)
-            k, v = dpfp_reference(W_K @ m_i, nu), W_V @ m_i
-            beta = 1 / (1 + torch.exp(-(w_beta @ m_i + b_beta)))
+            scaled = m_i / torch.sqrt((m_i @ m_i) / m_i.numel() + 1e-6)
+            m_kv = m_i if write_norm == "none" else scaled
+            m_beta = scaled if write_norm == "rms" else m_i
+            k, v = dpfp_reference(W_K @ m_kv, nu), W_V @ m_kv
+            beta = 1 / (1 + torch.exp(-(w_beta @ m_beta + b_beta)))
             if bool(empty[b]):
                 v_bar, gamma = torch.zeros_like(v), 1.0
             else:
