@@ -1,0 +1,123 @@
+"""How strongly ARMT writes, segment by segment (issue 24's diagnosis of its reach): the `distance`
+suite's own examples streamed through a trained ARMT run, and per layer, for the pairs' segment and
+for the filler after it, the write strength β of the memory tokens (median, and the share shut to
+below 1e-6) and the sizes |k| = |φ(W_K m)| and |v| = |W_V m| of what they write.
+
+A layer whose β is shut exactly during the filler keeps what the pairs wrote (its A does not move);
+one whose β stays open keeps writing filler over them. In the paper's write, β = sigmoid(W_β m) can
+shut exactly only because m (the memory tokens' residual stream) grows large; `write_norm: rms`
+takes that away, `rms-kv` leaves β the raw m.
+
+    python benchmarks/armt_write_gate.py RUN_DIR [RUN_DIR ...] [--segments 40] [--trials 32] [--out results/bench]
+
+Prints a table per run and appends one row per (run, layer, phase) to armt_write_gate.csv.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor
+
+import memzoo.memories.armt as armt
+from memzoo.core.model import MemoryModel
+from memzoo.running.checkpoints import load_trained
+from memzoo.running.distance import distance_batch
+from memzoo.running.generate import StreamingDecoder
+from memzoo.running.recall_stream import training_layout
+
+SHUT = 1e-6  # a β below this writes nothing a float32 state can hold next to the pairs' write
+
+
+@contextmanager
+def recorded_writes() -> Iterator[list[tuple[Tensor, Tensor, Tensor]]]:
+    """Every ARMT write while inside, in call order: (β [B, m], |k| [B, m], |v| [B, m])."""
+    calls: list[tuple[Tensor, Tensor, Tensor]] = []
+    original = armt.associative_write
+
+    def recording(A, z, k, v, beta, empty, eps, floor=0.0):  # the plugin's signature
+        calls.append((beta.detach()[..., 0].double(), k.detach().norm(dim=-1).double(), v.detach().norm(dim=-1).double()))
+        return original(A, z, k, v, beta, empty, eps, floor)
+
+    armt.associative_write = recording
+    try:
+        yield calls
+    finally:
+        armt.associative_write = original
+
+
+def writes_per_segment(model: MemoryModel, tokens: Tensor, segments: int) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
+    """Stream tokens [B, ≥ segments·N] one segment at a time; [segment][layer] -> (β, |k|, |v|) [B, m]."""
+    n, layers = model.cfg.segment_len, model.cfg.n_layers
+    decoder = StreamingDecoder(model, tokens.shape[0], 1, "fp32")
+    with torch.no_grad(), recorded_writes() as calls:
+        for s in range(segments):
+            decoder.feed(tokens[:, s * n : (s + 1) * n])
+    if len(calls) != segments * layers:
+        raise RuntimeError(f"{len(calls)} writes recorded for {segments} segments x {layers} layers; is this an ARMT model?")
+    return [calls[s * layers : (s + 1) * layers] for s in range(segments)]
+
+
+def gate_stats(writes: list[tuple[Tensor, Tensor, Tensor]]) -> dict[str, float]:
+    """Over every (row, memory token) of the given writes whose β, |k| and |v| are finite (a state that
+    overflowed makes them NaN): β's median and shut share, |k| and |v| medians, and the non-finite share."""
+    beta, k, v = (torch.cat([w[i].flatten() for w in writes]) for i in range(3))
+    ok = beta.isfinite() & k.isfinite() & v.isfinite()
+    beta, k, v = beta[ok], k[ok], v[ok]
+    return {"beta_median": beta.median().item(), "beta_shut_share": (beta < SHUT).double().mean().item(),
+            "k_norm_median": k.median().item(), "v_norm_median": v.median().item(),
+            "nonfinite_share": 1 - ok.double().mean().item()}
+
+
+def write_gate_rows(run_dir: str, segments: int, trials: int, seed: int = 0) -> list[dict[str, Any]]:
+    """One row per (layer, phase) of one trained ARMT distance run: the pairs' segment(s), then the filler."""
+    cfg, model = load_trained(run_dir)
+    model.eval()
+    layout = training_layout(cfg.task)
+    batch = distance_batch(layout, segments, trials, model.cfg.segment_len, seed)
+    first = int(batch.pairs_segment[0])
+    last_write = first + layout["rewrites"]  # the last segment that writes pairs
+    per_segment = writes_per_segment(model, batch.tokens.long(), min(segments, batch.query_segment))
+    rows = []
+    for layer in range(model.cfg.n_layers):
+        for phase, span in (("pairs", range(first, last_write + 1)), ("filler", range(last_write + 1, len(per_segment)))):
+            rows.append({"run": str(run_dir), "seed": cfg.seed, "write_norm": getattr(model.model_memory.cfg, "write_norm", "none"),
+                         "layer": layer, "phase": phase, "segments": len(span),
+                         **gate_stats([per_segment[s][layer] for s in span])})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="trained ARMT run folders of the distance suite (its last stage)")
+    ap.add_argument("--segments", type=int, default=40, help="segments streamed: the pairs' and the filler after them")
+    ap.add_argument("--trials", type=int, default=32)
+    ap.add_argument("--out", default="results/bench")
+    args = ap.parse_args()
+    if args.segments < 2:
+        ap.error(f"--segments {args.segments}; expected >= 2 (the pairs' segment and some filler)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "armt_write_gate.csv"
+    for run in args.runs:
+        rows = write_gate_rows(run, args.segments, args.trials)
+        print(f"{run} (write_norm {rows[0]['write_norm']}, seed {rows[0]['seed']})")
+        for r in rows:
+            print(f"  layer {r['layer']} {r['phase']:6s} ({r['segments']:3d} segments): beta median {r['beta_median']:.2e}, "
+                  f"shut {r['beta_shut_share']:.2f}, |k| {r['k_norm_median']:.2e}, |v| {r['v_norm_median']:.2e}, "
+                  f"non-finite {r['nonfinite_share']:.2f}")
+        new = not path.exists()
+        with path.open("a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            if new:
+                w.writeheader()
+            w.writerows(rows)
+    print(f"appended to {path}")
+
+
+if __name__ == "__main__":
+    main()
