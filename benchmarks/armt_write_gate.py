@@ -3,6 +3,11 @@ suite's own examples streamed through a trained ARMT run, and per layer, for the
 for the filler after it, the write strength β of the memory tokens (median, and the share shut to
 below 1e-6) and the sizes |k| = |φ(W_K m)| and |v| = |W_V m| of what they write.
 
+The delta gain is the largest eigenvalue of G = Σ_i β_i k_i k_iᵀ / den_i, the part of A that one
+batched write subtracts (A ← A (I − G) + Σ_i β_i v_i k_iᵀ, every token reading the same A): one
+token alone has a gain of at most 1 (den_i ≥ ‖k_i‖²), but the m tokens' sum can pass 2, where the
+write amplifies what A holds instead of correcting it (the delta rule's step-size bound).
+
 A layer whose β is shut exactly during the filler keeps what the pairs wrote (its A does not move);
 one whose β stays open keeps writing filler over them. In the paper's write, β = sigmoid(W_β m) can
 shut exactly only because m (the memory tokens' residual stream) grows large; `write_norm: rms`
@@ -34,13 +39,17 @@ SHUT = 1e-6  # a β below this writes nothing a float32 state can hold next to t
 
 
 @contextmanager
-def recorded_writes() -> Iterator[list[tuple[Tensor, Tensor, Tensor]]]:
-    """Every ARMT write while inside, in call order: (β [B, m], |k| [B, m], |v| [B, m])."""
-    calls: list[tuple[Tensor, Tensor, Tensor]] = []
+def recorded_writes() -> Iterator[list[tuple[Tensor, Tensor, Tensor, Tensor]]]:
+    """Every ARMT write while inside, in call order: (β [B, m], |k| [B, m], |v| [B, m], delta gain [B];
+    the gain is NaN on a row whose memory was empty)."""
+    calls: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
     original = armt.associative_write
 
     def recording(A, z, k, v, beta, empty, eps, floor=0.0):  # the plugin's signature
-        calls.append((beta.detach()[..., 0].double(), k.detach().norm(dim=-1).double(), v.detach().norm(dim=-1).double()))
+        kd, bd = k.detach().double(), beta.detach().double()  # [B, m, d_key], [B, m, 1]
+        gain = delta_gain(kd, z.detach().double(), bd, eps, floor)
+        gain[empty.cpu()] = float("nan")
+        calls.append((bd[..., 0], kd.norm(dim=-1), v.detach().double().norm(dim=-1), gain))
         return original(A, z, k, v, beta, empty, eps, floor)
 
     armt.associative_write = recording
@@ -50,8 +59,20 @@ def recorded_writes() -> Iterator[list[tuple[Tensor, Tensor, Tensor]]]:
         armt.associative_write = original
 
 
-def writes_per_segment(model: MemoryModel, tokens: Tensor, segments: int) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
-    """Stream tokens [B, ≥ segments·N] one segment at a time; [segment][layer] -> (β, |k|, |v|) [B, m]."""
+def delta_gain(k: Tensor, z: Tensor, beta: Tensor, eps: float, floor: float) -> Tensor:
+    """The largest eigenvalue of Σ_i β_i k_i k_iᵀ / den_i per row (NaN where not finite).
+    k: [B, m, d_key], z: [B, d_key], beta: [B, m, 1] -> [B]."""
+    scale = beta / armt.denominator(k, z, eps, floor)  # [B, m, 1] β_i / den_i
+    gram = torch.einsum("bmk,bml->bkl", k * scale, k)  # [B, d_key, d_key]
+    finite = gram.flatten(1).isfinite().all(-1)  # [B]
+    gain = torch.full(finite.shape, float("nan"), dtype=torch.float64)
+    if bool(finite.any()):
+        gain[finite.cpu()] = torch.linalg.eigvalsh(gram[finite]).select(-1, -1).double().cpu()
+    return gain
+
+
+def writes_per_segment(model: MemoryModel, tokens: Tensor, segments: int) -> list[list[tuple[Tensor, ...]]]:
+    """Stream tokens [B, ≥ segments·N] one segment at a time; [segment][layer] -> (β, |k|, |v| [B, m], gain [B])."""
     n, layers = model.cfg.segment_len, model.cfg.n_layers
     decoder = StreamingDecoder(model, tokens.shape[0], 1, "fp32")
     with torch.no_grad(), recorded_writes() as calls:
@@ -62,15 +83,20 @@ def writes_per_segment(model: MemoryModel, tokens: Tensor, segments: int) -> lis
     return [calls[s * layers : (s + 1) * layers] for s in range(segments)]
 
 
-def gate_stats(writes: list[tuple[Tensor, Tensor, Tensor]]) -> dict[str, float]:
+def gate_stats(writes: list[tuple[Tensor, ...]]) -> dict[str, float]:
     """Over every (row, memory token) of the given writes whose β, |k| and |v| are finite (a state that
-    overflowed makes them NaN): β's median and shut share, |k| and |v| medians, and the non-finite share."""
+    overflowed makes them NaN): β's median and shut share, |k| and |v| medians, and the non-finite share;
+    over every (row, write) with a finite gain: the delta gain's median and the share above 2."""
     beta, k, v = (torch.cat([w[i].flatten() for w in writes]) for i in range(3))
     ok = beta.isfinite() & k.isfinite() & v.isfinite()
     beta, k, v = beta[ok], k[ok], v[ok]
+    gain = torch.cat([w[3].flatten() for w in writes]) if len(writes[0]) > 3 else torch.empty(0, dtype=torch.float64)
+    gain = gain[gain.isfinite()]
     return {"beta_median": beta.median().item(), "beta_shut_share": (beta < SHUT).double().mean().item(),
             "k_norm_median": k.median().item(), "v_norm_median": v.median().item(),
-            "nonfinite_share": 1 - ok.double().mean().item()}
+            "nonfinite_share": 1 - ok.double().mean().item(),
+            "gain_median": gain.median().item() if gain.numel() else float("nan"),
+            "gain_over_2_share": (gain > 2).double().mean().item() if gain.numel() else float("nan")}
 
 
 def write_gate_rows(run_dir: str, segments: int, trials: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -109,7 +135,7 @@ def main() -> None:
         for r in rows:
             print(f"  layer {r['layer']} {r['phase']:6s} ({r['segments']:3d} segments): beta median {r['beta_median']:.2e}, "
                   f"shut {r['beta_shut_share']:.2f}, |k| {r['k_norm_median']:.2e}, |v| {r['v_norm_median']:.2e}, "
-                  f"non-finite {r['nonfinite_share']:.2f}")
+                  f"non-finite {r['nonfinite_share']:.2f}, delta gain {r['gain_median']:.2f} (> 2: {r['gain_over_2_share']:.2f})")
         new = not path.exists()
         with path.open("a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

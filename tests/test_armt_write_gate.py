@@ -45,3 +45,19 @@ def test_each_layer_and_segment_gets_its_own_writes() -> None:
     assert shut["beta_shut_share"] == 1.0 and shut["beta_median"] == 0.0
     assert open_["beta_shut_share"] == 0.0 and math.isclose(open_["beta_median"], 1.0)
     assert shut["k_norm_median"] > 0 and open_["v_norm_median"] > 0
+
+
+def test_delta_gain_counts_aligned_keys() -> None:
+    """m keys along one direction with β = 1 and a z that covers them (den = ‖k‖² + ε): the batched
+    write subtracts m times A's value there (gain m); orthogonal keys, once each (gain 1); β scales it."""
+    eps = 1e-5
+    k = torch.zeros(2, 3, 4, dtype=torch.float64)
+    k[0, :, 0] = 2.0  # row 0: three copies of one key
+    k[1, 0, 0], k[1, 1, 1], k[1, 2, 2] = 2.0, 2.0, 2.0  # row 1: three orthogonal keys
+    z = torch.tensor([[1.0, 0, 0, 0], [1.0, 1.0, 1.0, 0]], dtype=torch.float64) * 2.0  # zᵀk = 4 = ‖k‖²
+    ones = torch.ones(2, 3, 1, dtype=torch.float64)
+    gain = wg.delta_gain(k, z, ones, eps, 1.0)
+    assert torch.allclose(gain, torch.tensor([3 * 4 / (4 + eps), 4 / (4 + eps)], dtype=torch.float64))
+    assert torch.allclose(wg.delta_gain(k, z, 0.5 * ones, eps, 1.0), gain / 2)
+    k[0, 0, 0] = float("inf")
+    assert torch.isnan(wg.delta_gain(k, z, ones, eps, 1.0)[0])
