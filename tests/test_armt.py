@@ -313,3 +313,24 @@ def test_quick_suite_options_fit_the_parameter_budget() -> None:
     assert check_parameter_spread(counts, suite.max_param_spread) <= 0.10
     paper = load_suite("quick", ["methods=[local,armt]", "seeds=[0]", "options.armt.d_mem=64"])
     assert check_parameter_spread(parameter_counts(expand(paper)), 1.0) > 0.10
+
+
+def test_a_run_folder_from_before_write_norm_matches_the_papers_write(tmp_path) -> None:
+    """A config.yaml saved before `write_norm` existed was trained with the paper's write: it matches
+    today's config with write_norm none (so a suite does not train it again) and loads as none; it
+    does not match write_norm rms. Other memories get no such key."""
+    from omegaconf import OmegaConf
+
+    from memzoo.running.configure import load_config, load_run_config, saved_run_config
+    from memzoo.running.curriculum import config_matches
+    cfg = load_config("armt", ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16"])
+    old = OmegaConf.to_container(cfg, resolve=True)
+    del old["memory"]["write_norm"]
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(old)))
+    assert config_matches(tmp_path, cfg)
+    assert load_run_config(tmp_path).memory.write_norm == "none"
+    assert not config_matches(tmp_path, load_config("armt", ["model.d_model=32", "model.n_layers=2", "model.n_heads=2",
+                                                             "model.segment_len=16", "memory.write_norm=rms"]))
+    xl = OmegaConf.to_container(load_config("xl", ["model.d_model=32"]), resolve=True)
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(xl)))
+    assert "write_norm" not in saved_run_config(tmp_path).memory
