@@ -99,6 +99,9 @@ class _Memory(nn.Module):
     gradient_through_state: ClassVar[bool] = True
     # Does the method carry anything across segments at all? (False only for the `local` control.)
     has_memory: ClassVar[bool] = True
+    # Options added after run folders existed, with the value those folders were trained under (the
+    # behaviour before the option): a saved config without the key is read with it, and hashes alike.
+    legacy_options: ClassVar[dict[str, Any]] = {}
     # Parameters whose optimiser settings differ: {parameter-name suffix: {"lr_mult": x, "weight_decay": y}}.
     optim_overrides: dict[str, dict[str, float]]
 

@@ -157,9 +157,12 @@ def build_model(cfg: DictConfig) -> MemoryModel:
 # Keys added to the schema after run folders existed, with the value an older folder was made under
 # (a saved config.yaml without them describes a run made before them, not under today's default).
 LEGACY_DEFAULTS = {"model.init_streams": "shared"}
-# The same for one memory's options, by memory name: a plugin option added later whose value above is
-# the behaviour its older folders were trained under (so they still match today's config and resume).
-LEGACY_MEMORY_DEFAULTS: dict[str, dict[str, Any]] = {"armt": {"write_norm": "none"}}
+
+
+def legacy_memory_options(name: Any) -> dict[str, Any]:
+    """A memory's options added after run folders existed, with the value those folders had (the
+    plugin's `legacy_options`; none for a name no plugin registers)."""
+    return dict(get_memory(str(name)).cls.legacy_options) if str(name) in registered() else {}
 
 
 def saved_run_config(path: str | Path) -> DictConfig:
@@ -170,7 +173,7 @@ def saved_run_config(path: str | Path) -> DictConfig:
     for key, value in LEGACY_DEFAULTS.items():
         if OmegaConf.select(raw, key, default=None) is None:
             OmegaConf.update(raw, key, value, force_add=True)
-    for key, value in LEGACY_MEMORY_DEFAULTS.get(str(OmegaConf.select(raw, "memory.name", default="")), {}).items():
+    for key, value in legacy_memory_options(OmegaConf.select(raw, "memory.name", default="")).items():
         if OmegaConf.select(raw, f"memory.{key}", default=None) is None:
             OmegaConf.update(raw, f"memory.{key}", value, force_add=True)
     return raw

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from memzoo.core.config import ConfigError, RunConfig, _merge_checked
-from memzoo.running.configure import LEGACY_MEMORY_DEFAULTS, resolve, saved_run_config
+from memzoo.running.configure import legacy_memory_options, resolve, saved_run_config
 from memzoo.running.reach import max_reach_segments
 
 # Keys that change neither the weights nor the results: a change in them does not make a stage stale.
@@ -107,7 +107,7 @@ def _comparable(cfg: DictConfig) -> dict[str, Any]:
 def config_hash(cfg: DictConfig) -> str:
     """A short hash of what a run trains and measures: the comparable config without its folder
     (out_dir, and init_from reduced to the folder's name), so the same run hashes alike anywhere; a
-    memory option at its LEGACY_MEMORY_DEFAULTS value hashes as the config from before it existed."""
+    memory option at its plugin's legacy value hashes as the config from before it existed."""
     out = _comparable(cfg)
     out.pop("out_dir", None)
     defaults = OmegaConf.to_container(OmegaConf.structured(RunConfig))
@@ -116,7 +116,7 @@ def config_hash(cfg: DictConfig) -> str:
         if out.get(section, {}).get(leaf, defaults[section][leaf]) == defaults[section][leaf]:
             out.get(section, {}).pop(leaf, None)
     memory = out.get("memory", {})
-    for key, value in LEGACY_MEMORY_DEFAULTS.get(memory.get("name"), {}).items():
+    for key, value in legacy_memory_options(memory.get("name")).items():
         if memory.get(key) == value:  # an option at the value runs had before it existed: hashed as absent
             memory.pop(key)
     task = out.get("task", {})
