@@ -13,8 +13,8 @@ import sys
 
 import pandas as pd
 
-from memzoo.analysis.distance import distance_summary, distance_versus
 from memzoo.analysis import load_results
+from memzoo.analysis.distance import distance_summary, distance_versus
 
 
 def main(folders: list[str]) -> None:

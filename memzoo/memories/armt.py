@@ -202,7 +202,7 @@ class AssociativeRecurrentMemory(ModelMemory):
         with torch.autocast(device_type=x.device.type, enabled=False):
             mem = x[:, -self.m :].to(self._dtype(x))  # [B, m, d] the memory tokens' outputs
             kv_in = mem if self.write_norm == "none" else unit_rms(mem)  # [B, m, d] (unit RMS: not in the paper)
-            beta_in = unit_rms(mem) if self.write_norm == "rms" else mem  # [B, m, d]
+            beta_in = kv_in if self.write_norm == "rms" else mem  # [B, m, d]
             w = lambda lin: lin.weight.to(mem.dtype)  # noqa: E731
             k = dpfp(F.linear(kv_in, w(layer.W_K)), self.nu)  # [B, m, d_key]
             v = F.linear(kv_in, w(layer.W_V))  # [B, m, d]

@@ -162,7 +162,8 @@ LEGACY_DEFAULTS = {"model.init_streams": "shared"}
 def legacy_memory_options(name: Any) -> dict[str, Any]:
     """A memory's options added after run folders existed, with the value those folders had (the
     plugin's `legacy_options`; none for a name no plugin registers)."""
-    return dict(get_memory(str(name)).cls.legacy_options) if str(name) in registered() else {}
+    spec = registered().get(str(name))
+    return dict(spec.cls.legacy_options) if spec else {}
 
 
 def saved_run_config(path: str | Path) -> DictConfig:

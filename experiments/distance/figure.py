@@ -1,0 +1,54 @@
+"""The README's distance figure: the shipped `distance` references and the given result folders,
+one line per variant, a point only where every seed of that variant was measured (some runs add
+gaps, e.g. 24-48 or 512, that others lack; a point over fewer seeds would carry a wider interval).
+
+    python experiments/distance/figure.py OUT.png [RESULTS_DIR ...] [--drop METHOD ...]
+
+RESULTS_DIR: distance suite folders (results.parquet). The README's figure (2026-11-26):
+    python experiments/distance/figure.py docs/distance/distance.png --drop rmt \\
+        RMT20K ARMT_S0 ARMT_S1 ARMT_S2 ARMT_RMS_KV
+(--drop rmt: the shipped 5,000-step RMT sits on the recall plateau; the folder with stage 1 at
+20,000 steps replaces it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pandas as pd
+
+from memzoo.analysis import load_results
+from memzoo.analysis.distance import distance_curves
+from memzoo.analysis.recipes import variant_labels
+from memzoo.suites.references import load_references
+
+
+def common_gaps_only(df: pd.DataFrame) -> pd.DataFrame:
+    """Each run's distance rows cut to the gaps every run of its variant measured."""
+    variants = variant_labels(df)
+    gaps = {i: {r["gap_segments"] for r in json.loads(j)} for i, j in df["distance_json"].items()}
+    common = {v: set.intersection(*(gaps[i] for i in idx)) for v, idx in variants.groupby(variants).groups.items()}
+    out = df.copy()
+    out["distance_json"] = [json.dumps([r for r in json.loads(j) if r["gap_segments"] in common[v]])
+                            for j, v in zip(df["distance_json"], variants)]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("folders", nargs="*")
+    ap.add_argument("--drop", action="append", default=[], help="a shipped method to leave out (repeatable)")
+    args = ap.parse_intermixed_args()
+    shipped = load_references("distance")
+    df = pd.concat([shipped[~shipped["method"].isin(args.drop)],
+                    *(load_results(f"{f}/results.parquet") for f in args.folders)], ignore_index=True)
+    if "grid_write_norm" in df:  # ARMT runs from before the option are the paper's write
+        armt = df["method"] == "armt"
+        df.loc[armt, "grid_write_norm"] = df.loc[armt, "grid_write_norm"].fillna("none")
+    distance_curves(common_gaps_only(df)).savefig(args.out, dpi=110, bbox_inches="tight")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
