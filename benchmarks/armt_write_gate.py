@@ -20,7 +20,6 @@ Prints a table per run and appends one row per (run, layer, phase) to armt_write
 from __future__ import annotations
 
 import argparse
-import csv
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -30,6 +29,7 @@ from torch import Tensor
 
 import memzoo.memories.armt as armt
 from memzoo.core.model import MemoryModel
+from memzoo.running.bench_table import append_rows
 from memzoo.running.checkpoints import load_trained
 from memzoo.running.distance import distance_batch
 from memzoo.running.generate import StreamingDecoder
@@ -136,12 +136,7 @@ def main() -> None:
             print(f"  layer {r['layer']} {r['phase']:6s} ({r['segments']:3d} segments): beta median {r['beta_median']:.2e}, "
                   f"shut {r['beta_shut_share']:.2f}, |k| {r['k_norm_median']:.2e}, |v| {r['v_norm_median']:.2e}, "
                   f"non-finite {r['nonfinite_share']:.2f}, delta gain {r['gain_median']:.2f} (> 2: {r['gain_over_2_share']:.2f})")
-        new = not path.exists()
-        with path.open("a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            if new:
-                w.writeheader()
-            w.writerows(rows)
+        append_rows(path, rows)
     print(f"appended to {path}")
 
 

@@ -18,7 +18,6 @@ Appends one row per (run, gap, state tensor) to state_drift.csv and prints a tab
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import torch
 from torch import Tensor
 
 from memzoo.core.model import ModelState
+from memzoo.running.bench_table import append_rows
 from memzoo.running.checkpoints import load_trained
 from memzoo.running.distance import distance_batch, recall_scores
 from memzoo.running.generate import StreamingDecoder
@@ -141,12 +141,7 @@ def main() -> None:
     gaps = [int(g) for g in args.gaps.split(",")]
     for run in args.runs:
         rows = drift_rows(run, gaps, args.trials, float64=args.float64, options=options)
-        new = not path.exists()
-        with open(path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
+        append_rows(path, rows)
         print(f"{run} ({rows[0]['method']}, seed {rows[0]['seed']}): medians over the rows whose state is finite; "
               f"'overflowed': rows with inf or NaN in any state tensor")
         for r in rows:

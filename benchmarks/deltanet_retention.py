@@ -1,0 +1,197 @@
+"""How much of the pairs' write a (Gated) DeltaNet keeps as filler streams through it (issue 24's
+diagnosis of the DeltaNets' reach): the `distance` suite's own examples streamed through a trained
+run, and per layer, at each gap G, the state split into what the pairs wrote and what the filler wrote.
+
+Given the tokens' k_t, β_t and α_t (what the stream computed), the recurrence is affine in S:
+S_t = S_{t-1} α_t (I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ. So the state at gap G is exactly
+
+    S_G = P_G + F_G,   P_G = P_0 Π_t α_t (I − β_t k_t k_tᵀ)   (the pairs' write, carried: v ≡ 0)
+                       F_G = the filler's own writes from S = 0
+
+with P_0 the state right after the pairs' last segment (the stream starts from S = 0). Reported:
+retention ‖P_G‖ / ‖P_0‖ (how much of the pairs' write survives the filler's erasures and decay),
+filler/pairs ‖F_G‖ / ‖P_G‖, the read ratio ‖P_G q‖ / ‖F_G q‖ at the scored positions of the
+queries' segment (with its own q: the pairs' part of the memory read against the filler's), the
+write strength β (mean, and the share below 0.01) over the pairs' segment and over the filler, the
+filler's mean log α (Gated DeltaNet's decay; 0 for DeltaNet), and recall at G on the same examples.
+The split is checked on every call: ‖P + F − S‖ / ‖S‖ is reported (float32 rounding, ~1e-6).
+
+    python benchmarks/deltanet_retention.py RUN_DIR [RUN_DIR ...] [--gaps 8,16,64,256,1024] [--trials 32] [--out results/bench]
+
+Appends one row per (run, gap, layer) to deltanet_retention.csv and prints a table per run.
+"""
+from __future__ import annotations
+
+import argparse
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import torch
+from torch import Tensor
+
+import memzoo.memories.gated_deltanet as gdn
+from memzoo.running.bench_table import append_rows
+from memzoo.running.checkpoints import load_trained
+from memzoo.running.distance import distance_batch, recall_scores
+from memzoo.running.generate import StreamingDecoder
+from memzoo.running.recall_stream import training_layout
+
+SMALL_BETA = 0.01  # a write this weak moves S by at most 1% of the error along k
+RECURRENCE = gdn.delta_rule_chunkwise  # the plugin's own, kept while `recorded` wraps it
+
+
+def carry(p: Tensor, k: Tensor, g: Tensor, beta: Tensor, reset: Tensor, chunk_size: int) -> Tensor:
+    """P Π_t α_t (I − β_t k_t k_tᵀ) over the given tokens: the recurrence with v ≡ 0 (its homogeneous
+    part). p: [B, H, Dv, Dk]; k: [B, S, H, N, Dk]; g, beta: [B, S, H, N]; reset: [B, S] -> [B, H, Dv, Dk]."""
+    zeros = k.new_zeros(*k.shape[:-1], p.shape[-2])  # [B, S, H, N, Dv]
+    return RECURRENCE(k, k, zeros, g, beta, p, reset, chunk_size)[1]
+
+
+class PairsSplit:
+    """Called with every recurrence of the stream (layer by layer, in call order): carries each layer's
+    pairs' part P and filler's part F alongside the model's own S, and accumulates the gates' statistics.
+    `phase` is "pairs" (the pairs' segments: P is the state they leave), "filler" or "query" (a peek:
+    records q, changes nothing)."""
+
+    def __init__(self, n_layers: int, chunk_size: int):
+        self.n_layers, self.chunk_size, self.calls, self.phase = n_layers, chunk_size, 0, "pairs"
+        self.p: list[Optional[Tensor]] = [None] * n_layers  # [B, H, Dv, Dk]
+        self.f: list[Optional[Tensor]] = [None] * n_layers
+        self.s: list[Optional[Tensor]] = [None] * n_layers  # the model's own state
+        self.q: list[Optional[Tensor]] = [None] * n_layers  # [B, H, N, Dk] the queries' segment
+        self.split_error = [0.0] * n_layers  # the largest ‖P + F − S‖ / ‖S‖ seen
+        self.sums = {(layer, phase): torch.zeros(4, dtype=torch.float64) for layer in range(n_layers)
+                     for phase in ("pairs", "filler")}  # [tokens, Σβ, #β<0.01, Σ log α]
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s0: Tensor, reset: Tensor,
+                 new_state: Tensor) -> None:
+        layer = self.calls % self.n_layers
+        self.calls += 1
+        if self.phase == "query":
+            self.q[layer] = q[:, 0]
+            return
+        sums = self.sums[(layer, self.phase)]
+        sums += torch.tensor([beta.numel(), beta.double().sum(), (beta < SMALL_BETA).sum(), g.double().sum()])
+        if self.phase == "pairs":
+            self.p[layer], self.f[layer] = new_state.clone(), torch.zeros_like(new_state)
+        else:
+            self.p[layer] = carry(self.p[layer], k, g, beta, reset, self.chunk_size)
+            self.f[layer] = RECURRENCE(q, k, v, g, beta, self.f[layer], reset, self.chunk_size)[1]
+            error = (self.p[layer] + self.f[layer] - new_state).flatten(1).norm(dim=-1) / new_state.flatten(1).norm(dim=-1)
+            self.split_error[layer] = max(self.split_error[layer], float(error.max()))
+        self.s[layer] = new_state
+
+
+@contextmanager
+def recorded(split: PairsSplit) -> Iterator[PairsSplit]:
+    """Route every call of the DeltaNets' recurrence (either form) through `split` while inside."""
+    originals = gdn.delta_rule_chunkwise, gdn.delta_rule_loop
+
+    def chunkwise(q, k, v, g, beta, s0, reset, chunk_size):  # the plugin's signature
+        o, s = originals[0](q, k, v, g, beta, s0, reset, chunk_size)
+        split(q, k, v, g, beta, s0, reset, s)
+        return o, s
+
+    def loop(q, k, v, g, beta, s0, reset):
+        o, s = originals[1](q, k, v, g, beta, s0, reset)
+        split(q, k, v, g, beta, s0, reset, s)
+        return o, s
+
+    gdn.delta_rule_chunkwise, gdn.delta_rule_loop = chunkwise, loop
+    try:
+        yield split
+    finally:
+        gdn.delta_rule_chunkwise, gdn.delta_rule_loop = originals
+
+
+def frob(x: Tensor) -> Tensor:
+    """Frobenius norm per batch row over every other axis: [B, ...] -> [B]."""
+    return x.flatten(1).norm(dim=-1)
+
+
+def layer_metrics(split: PairsSplit, layer: int, p0: Tensor, positions: list[list[int]]) -> dict[str, float]:
+    """One layer's split at the current gap; positions: the scored positions in the queries' segment per row."""
+    p, f, q = split.p[layer], split.f[layer], split.q[layer]  # [B, H, Dv, Dk] x 2, [B, H, N, Dk]
+    read_p = torch.einsum("bhvk,bhnk->bnhv", p, q).flatten(2).norm(dim=-1)  # [B, N] over heads and Dv
+    read_f = torch.einsum("bhvk,bhnk->bnhv", f, q).flatten(2).norm(dim=-1)
+    ratio = torch.cat([read_p[i, pos] / read_f[i, pos] for i, pos in enumerate(positions)])
+    out = {"retention_median": (frob(p) / frob(p0)).median().item(),
+           "filler_over_pairs_median": (frob(f) / frob(p)).median().item(),
+           "read_ratio_median": ratio.median().item(), "split_error": split.split_error[layer]}
+    for phase in ("pairs", "filler"):
+        n, beta, small, log_alpha = split.sums[(layer, phase)].tolist()
+        out |= {f"beta_{phase}_mean": beta / max(n, 1), f"beta_{phase}_small_share": small / max(n, 1)}
+    out["log_alpha_filler_mean"] = split.sums[(layer, "filler")][3].item() / max(split.sums[(layer, "filler")][0].item(), 1)
+    return out
+
+
+@torch.no_grad()
+def retention_rows(run_dir: str, gaps: list[int], trials: int, seed: int = 0, segments_per_call: int = 64) -> list[dict[str, Any]]:
+    """One row per (gap, layer) of one trained (Gated) DeltaNet distance run, on the distance suite's examples."""
+    cfg, model = load_trained(run_dir)
+    model.eval()
+    memories = [m for m in model.modules() if isinstance(m, gdn.GatedDeltaNet)]
+    if not memories:
+        raise ValueError(f"{run_dir} is a {cfg.memory.name!r} run; expected deltanet or gated-deltanet")
+    layout, n = training_layout(cfg.task), model.cfg.segment_len
+    gaps = sorted(set(gaps))
+    batch = distance_batch(layout, gaps[-1], trials, n, seed)
+    examples = [batch.example(row) for row in range(trials)]
+    data = batch.tokens.long()  # [B, (R + G_max + 1) N]
+    query = data[:, batch.query_segment * n :]  # [B, N]
+    offsets = [[p - batch.query_segment * n for p in e.scored_positions] for e in examples]
+    split = PairsSplit(len(memories), memories[0].cfg.chunk_size)
+    decoder = StreamingDecoder(model, trials, segments_per_call, "fp32")
+    last_write = int(batch.pairs_segment[0]) + layout["rewrites"]  # the pairs open segment 0
+    rows = []
+    with recorded(split):
+        done = (last_write + 1) * n
+        decoder.feed(data[:, :done])
+        p0 = [p.clone() for p in split.p]
+        split.phase = "filler"
+        for gap in gaps:
+            stop = (last_write + gap) * n
+            if stop > done:
+                decoder.feed(data[:, done:stop])
+                done = stop
+            split.phase = "query"
+            logits = decoder.peek(query)  # [B, N, V]
+            split.phase = "filler"
+            predicted = [logits[i, offsets[i]].argmax(-1).tolist() for i in range(trials)]
+            recall = recall_scores(predicted, examples)["recall_accuracy"]
+            for layer in range(len(memories)):
+                rows.append({"run": str(run_dir), "method": cfg.memory.name, "seed": cfg.seed, "gap_segments": gap,
+                             "trials": trials, "layer": layer, "recall_accuracy": recall,
+                             **layer_metrics(split, layer, p0[layer], offsets)})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="trained deltanet / gated-deltanet run folders of the distance suite (its last stage)")
+    ap.add_argument("--gaps", default="8,16,64,256,1024")
+    ap.add_argument("--trials", type=int, default=32)
+    ap.add_argument("--out", default="results/bench")
+    args = ap.parse_args()
+    gaps = [int(g) for g in args.gaps.split(",")]
+    if min(gaps) < 1:
+        ap.error(f"--gaps {args.gaps}; expected gaps >= 1 segment")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "deltanet_retention.csv"
+    for run in args.runs:
+        rows = retention_rows(run, gaps, args.trials)
+        print(f"{run} ({rows[0]['method']}, seed {rows[0]['seed']}): medians over examples")
+        for r in rows:
+            print(f"  gap {r['gap_segments']:>5} layer {r['layer']}: recall {r['recall_accuracy']:.2f}  retention "
+                  f"{r['retention_median']:.3g}  filler/pairs {r['filler_over_pairs_median']:.3g}  read ratio "
+                  f"{r['read_ratio_median']:.3g}  beta pairs {r['beta_pairs_mean']:.3f} filler {r['beta_filler_mean']:.3f} "
+                  f"(< {SMALL_BETA}: {r['beta_filler_small_share']:.2f})  log alpha {r['log_alpha_filler_mean']:.2e}  "
+                  f"split error {r['split_error']:.1e}", flush=True)
+        append_rows(path, rows)
+    print(f"appended to {path}")
+
+
+if __name__ == "__main__":
+    main()
