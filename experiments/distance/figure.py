@@ -6,9 +6,9 @@ gaps, e.g. 24-48 or 512, that others lack; a point over fewer seeds would carry 
 
 RESULTS_DIR: distance suite folders (results.parquet). The README's figure (2026-11-26):
     python experiments/distance/figure.py docs/distance/distance.png --drop rmt \\
-        RMT20K ARMT_S0 ARMT_S1 ARMT_S2 ARMT_RMS_KV
-(--drop rmt: the shipped 5,000-step RMT sits on the recall plateau; the folder with stage 1 at
-20,000 steps replaces it).
+        RMT20K RMT20K_S12 ARMT_S0 ARMT_S1 ARMT_S2 ARMT_RMS_KV
+(--drop rmt: the shipped 5,000-step RMT sits on the recall plateau; the folders with stage 1 at
+20,000 steps, seed 0 and seeds 1-2, replace it).
 """
 from __future__ import annotations
 
