@@ -33,7 +33,7 @@ from torch import Tensor
 import memzoo.memories.gated_deltanet as gdn
 from memzoo.running.bench_table import append_rows
 from memzoo.running.checkpoints import load_trained
-from memzoo.running.distance import distance_batch, recall_scores
+from memzoo.running.distance import distance_batch, query_offsets, recall_scores
 from memzoo.running.generate import StreamingDecoder
 from memzoo.running.recall_stream import training_layout
 
@@ -88,17 +88,14 @@ def recorded(split: PairsSplit) -> Iterator[PairsSplit]:
     """Route every call of the DeltaNets' recurrence (either form) through `split` while inside."""
     originals = gdn.delta_rule_chunkwise, gdn.delta_rule_loop
 
-    def chunkwise(q, k, v, g, beta, s0, reset, chunk_size):  # the plugin's signature
-        o, s = originals[0](q, k, v, g, beta, s0, reset, chunk_size)
-        split(q, k, v, g, beta, s0, reset, s)
-        return o, s
+    def recording(recurrence):
+        def run(*args):  # (q, k, v, g, beta, s0, reset[, chunk_size]): either form's signature
+            o, s = recurrence(*args)
+            split(*args[:7], s)
+            return o, s
+        return run
 
-    def loop(q, k, v, g, beta, s0, reset):
-        o, s = originals[1](q, k, v, g, beta, s0, reset)
-        split(q, k, v, g, beta, s0, reset, s)
-        return o, s
-
-    gdn.delta_rule_chunkwise, gdn.delta_rule_loop = chunkwise, loop
+    gdn.delta_rule_chunkwise, gdn.delta_rule_loop = map(recording, originals)
     try:
         yield split
     finally:
@@ -122,7 +119,7 @@ def layer_metrics(split: PairsSplit, layer: int, p0: Tensor, positions: list[lis
     for phase in ("pairs", "filler"):
         n, beta, small, log_alpha = split.sums[(layer, phase)].tolist()
         out |= {f"beta_{phase}_mean": beta / max(n, 1), f"beta_{phase}_small_share": small / max(n, 1)}
-    out["log_alpha_filler_mean"] = split.sums[(layer, "filler")][3].item() / max(split.sums[(layer, "filler")][0].item(), 1)
+    out["log_alpha_filler_mean"] = log_alpha / max(n, 1)  # the loop's last phase: the filler
     return out
 
 
@@ -140,7 +137,7 @@ def retention_rows(run_dir: str, gaps: list[int], trials: int, seed: int = 0, se
     examples = [batch.example(row) for row in range(trials)]
     data = batch.tokens.long()  # [B, (R + G_max + 1) N]
     query = data[:, batch.query_segment * n :]  # [B, N]
-    offsets = [[p - batch.query_segment * n for p in e.scored_positions] for e in examples]
+    offsets = query_offsets(batch, examples, n)
     split = PairsSplit(len(memories), memories[0].cfg.chunk_size)
     decoder = StreamingDecoder(model, trials, segments_per_call, "fp32")
     last_write = int(batch.pairs_segment[0]) + layout["rewrites"]  # the pairs open segment 0

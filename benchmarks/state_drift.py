@@ -27,7 +27,7 @@ from torch import Tensor
 from memzoo.core.model import ModelState
 from memzoo.running.bench_table import append_rows
 from memzoo.running.checkpoints import load_trained
-from memzoo.running.distance import distance_batch, recall_scores
+from memzoo.running.distance import distance_batch, query_offsets, recall_scores
 from memzoo.running.generate import StreamingDecoder
 from memzoo.running.recall_stream import training_layout
 
@@ -98,7 +98,7 @@ def _stream_rows(run_dir: str, cfg: Any, model: Any, gaps: list[int], trials: in
     examples = [batch.example(row) for row in range(trials)]
     data = batch.tokens.long()  # [B, (R + G_max + 1) N]
     query = data[:, batch.query_segment * n :]  # [B, N]
-    offsets = [[p - batch.query_segment * n for p in e.scored_positions] for e in examples]
+    offsets = query_offsets(batch, examples, n)
     decoder = StreamingDecoder(model, trials, segments_per_call, "fp32")
     last_write = int(batch.pairs_segment[0]) + layout["rewrites"]  # the pairs open segment 0
     before = flat_state(decoder.state)

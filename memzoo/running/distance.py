@@ -105,6 +105,12 @@ def gap_tokens(batch: SegmentRecallBatch, gap: int, segment_len: int) -> Tensor:
     return torch.cat((batch.tokens[:, : (last_write + gap) * segment_len], batch.tokens[:, last:]), 1)
 
 
+def query_offsets(batch: SegmentRecallBatch, examples: list[SegmentRecallExample], segment_len: int) -> list[list[int]]:
+    """Each example's scored positions counted from the start of the queries' segment (what a peek of it returns)."""
+    start = batch.query_segment * segment_len
+    return [[p - start for p in e.scored_positions] for e in examples]
+
+
 def recall_scores(predicted: list[list[int]], examples: list[SegmentRecallExample]) -> dict[str, Any]:
     """A row's scores from the argmax bytes at each example's scored positions: recall_accuracy,
     recall_chance, the hits and queries per example, and with rewrites recall_stale and its chance."""
@@ -133,7 +139,7 @@ def stream_gaps(model: MemoryModel, gaps: list[int], cfg: DistanceConfig, layout
     last_write = int(batch.pairs_segment[0]) + layout["rewrites"]  # the pairs open segment 0
     decoder.reset_at = torch.tensor([last_write + 1 if reset else -1 for reset in arms for _ in examples])  # [A B]
     total, done, seconds = batch.query_segment * n, 0, 0.0
-    offsets = [[p - batch.query_segment * n for p in e.scored_positions] for e in examples]
+    offsets = query_offsets(batch, examples, n)
     for gap in gaps:
         stop = (last_write + gap) * n  # the segments before the queries' segment at this gap
         seconds += _stream(decoder, data[:, done:stop], meter, f"distance {gap:,}", progress, offset=done, total=total)
