@@ -33,8 +33,7 @@ from torch import Tensor
 import memzoo.memories.gated_deltanet as gdn
 from memzoo.running.bench_table import append_rows
 from memzoo.running.checkpoints import load_trained
-from memzoo.running.distance import distance_batch, query_offsets, recall_scores
-from memzoo.running.generate import StreamingDecoder
+from memzoo.running.distance import ProbeStream
 from memzoo.running.recall_stream import training_layout
 
 SMALL_BETA = 0.01  # a write this weak moves S by at most 1% of the error along k
@@ -131,36 +130,23 @@ def retention_rows(run_dir: str, gaps: list[int], trials: int, seed: int = 0, se
     memories = [m for m in model.modules() if isinstance(m, gdn.GatedDeltaNet)]
     if not memories:
         raise ValueError(f"{run_dir} is a {cfg.memory.name!r} run; expected deltanet or gated-deltanet")
-    layout, n = training_layout(cfg.task), model.cfg.segment_len
     gaps = sorted(set(gaps))
-    batch = distance_batch(layout, gaps[-1], trials, n, seed)
-    examples = [batch.example(row) for row in range(trials)]
-    data = batch.tokens.long()  # [B, (R + G_max + 1) N]
-    query = data[:, batch.query_segment * n :]  # [B, N]
-    offsets = query_offsets(batch, examples, n)
+    stream = ProbeStream(model, training_layout(cfg.task), gaps[-1], trials, seed, segments_per_call)
     split = PairsSplit(len(memories), memories[0].cfg.chunk_size)
-    decoder = StreamingDecoder(model, trials, segments_per_call, "fp32")
-    last_write = int(batch.pairs_segment[0]) + layout["rewrites"]  # the pairs open segment 0
     rows = []
     with recorded(split):
-        done = (last_write + 1) * n
-        decoder.feed(data[:, :done])
+        stream.feed_writes()
         p0 = [p.clone() for p in split.p]
         split.phase = "filler"
         for gap in gaps:
-            stop = (last_write + gap) * n
-            if stop > done:
-                decoder.feed(data[:, done:stop])
-                done = stop
+            stream.feed_to_gap(gap)
             split.phase = "query"
-            logits = decoder.peek(query)  # [B, N, V]
+            _, scores = stream.peek()
             split.phase = "filler"
-            predicted = [logits[i, offsets[i]].argmax(-1).tolist() for i in range(trials)]
-            recall = recall_scores(predicted, examples)["recall_accuracy"]
             for layer in range(len(memories)):
                 rows.append({"run": str(run_dir), "method": cfg.memory.name, "seed": cfg.seed, "gap_segments": gap,
-                             "trials": trials, "layer": layer, "recall_accuracy": recall,
-                             **layer_metrics(split, layer, p0[layer], offsets)})
+                             "trials": trials, "layer": layer, "recall_accuracy": scores["recall_accuracy"],
+                             **layer_metrics(split, layer, p0[layer], stream.offsets)})
     return rows
 
 
@@ -174,9 +160,7 @@ def main() -> None:
     gaps = [int(g) for g in args.gaps.split(",")]
     if min(gaps) < 1:
         ap.error(f"--gaps {args.gaps}; expected gaps >= 1 segment")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "deltanet_retention.csv"
+    path = Path(args.out) / "deltanet_retention.csv"
     for run in args.runs:
         rows = retention_rows(run, gaps, args.trials)
         print(f"{run} ({rows[0]['method']}, seed {rows[0]['seed']}): medians over examples")

@@ -61,9 +61,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "filler_before.csv"
+    path = Path(args.out) / "filler_before.csv"
     for run in args.runs:
         rows = layout_rows(run, args.trials)
         append_rows(path, rows)

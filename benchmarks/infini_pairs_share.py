@@ -30,8 +30,7 @@ from torch import Tensor
 import memzoo.memories.infini as infini
 from memzoo.running.bench_table import append_rows
 from memzoo.running.checkpoints import load_trained
-from memzoo.running.distance import distance_batch, query_offsets, recall_scores
-from memzoo.running.generate import StreamingDecoder
+from memzoo.running.distance import ProbeStream
 from memzoo.running.recall_stream import training_layout
 
 
@@ -65,36 +64,23 @@ def share_rows(run_dir: str, gaps: list[int], trials: int, seed: int = 0, segmen
             return plain(x, state)
 
         layer.forward = record  # this instance only
-    layout, n = training_layout(cfg.task), model.cfg.segment_len
     gaps = sorted(set(gaps))
-    batch = distance_batch(layout, gaps[-1], trials, n, seed)
-    examples = [batch.example(row) for row in range(trials)]
-    data = batch.tokens.long()  # [B, (R + G_max + 1) N]
-    query = data[:, batch.query_segment * n :]  # [B, N]
-    offsets = query_offsets(batch, examples, n)
-    decoder = StreamingDecoder(model, trials, segments_per_call, "fp32")
-    last_write = int(batch.pairs_segment[0]) + layout["rewrites"]  # the pairs open segment 0
-    done = (last_write + 1) * n
-    decoder.feed(data[:, :done])
-    z_pairs = {i: decoder.state.layers[i]["z"].float().clone() for i, _ in blocks}  # [B, H, Dk]: the writes so far
-    decoder.feed(data[:, done : done + n])
-    z_one = {i: decoder.state.layers[i]["z"].float() - z_pairs[i] for i, _ in blocks}  # one filler segment's
-    done += n
+    stream = ProbeStream(model, training_layout(cfg.task), gaps[-1], trials, seed, segments_per_call)
+    z_of = lambda i: stream.decoder.state.layers[i]["z"].float()  # noqa: E731  [B, H, Dk]
+    stream.feed_writes()
+    z_pairs = {i: z_of(i).clone() for i, _ in blocks}  # the writes so far
+    stream.feed_to_gap(2)  # one filler segment more
+    z_one = {i: z_of(i) - z_pairs[i] for i, _ in blocks}  # one filler segment's
     rows = []
     for gap in gaps:
-        stop = (last_write + gap) * n
-        if stop > done:
-            decoder.feed(data[:, done:stop])
-            done = stop
+        stream.feed_to_gap(gap)
         recording[0] = True
-        logits = decoder.peek(query)  # [B, N, V]
+        _, scores = stream.peek()
         recording[0] = False
-        predicted = [logits[b, offsets[b]].argmax(-1).tolist() for b in range(trials)]
-        recall = recall_scores(predicted, examples)["recall_accuracy"]
+        recall = scores["recall_accuracy"]
         for i, layer in blocks:
-            z_all = decoder.state.layers[i]["z"].float()
-            share = at_scored(pairs_share(queries[i], z_pairs[i], z_all), offsets)  # [H, positions]
-            select = at_scored(pairs_share(queries[i], z_pairs[i], z_one[i]), offsets)  # σ(q)·z_P / σ(q)·z_F(1)
+            share = at_scored(pairs_share(queries[i], z_pairs[i], z_of(i)), stream.offsets)  # [H, positions]
+            select = at_scored(pairs_share(queries[i], z_pairs[i], z_one[i]), stream.offsets)  # σ(q)·z_P / σ(q)·z_F(1)
             gate = layer.gate_values().float().flatten()  # [H]: sigmoid(β), the memory's weight
             rows += [{"run": str(run_dir), "method": cfg.memory.name, "seed": cfg.seed, "gap_segments": gap,
                       "layer": i, "head": h, "memory_gate": float(gate[h]) if gate.numel() > h else float("nan"),
@@ -110,9 +96,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=32)
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "infini_pairs_share.csv"
+    path = Path(args.out) / "infini_pairs_share.csv"
     for run in args.runs:
         rows = share_rows(run, [int(g) for g in args.gaps.split(",")], args.trials)
         append_rows(path, rows)

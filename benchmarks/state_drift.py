@@ -27,8 +27,7 @@ from torch import Tensor
 from memzoo.core.model import ModelState
 from memzoo.running.bench_table import append_rows
 from memzoo.running.checkpoints import load_trained
-from memzoo.running.distance import distance_batch, query_offsets, recall_scores
-from memzoo.running.generate import StreamingDecoder
+from memzoo.running.distance import ProbeStream
 from memzoo.running.recall_stream import training_layout
 
 
@@ -92,29 +91,16 @@ def drift_rows(run_dir: str, gaps: list[int], trials: int, seed: int = 0, segmen
 def _stream_rows(run_dir: str, cfg: Any, model: Any, gaps: list[int], trials: int, seed: int, segments_per_call: int,
                  float64: bool, options: dict[str, str] | None) -> list[dict[str, Any]]:
     """drift_rows' stream, once the model is loaded and set up."""
-    layout, n = training_layout(cfg.task), model.cfg.segment_len
     gaps = sorted(set(gaps))
-    batch = distance_batch(layout, gaps[-1], trials, n, seed)
-    examples = [batch.example(row) for row in range(trials)]
-    data = batch.tokens.long()  # [B, (R + G_max + 1) N]
-    query = data[:, batch.query_segment * n :]  # [B, N]
-    offsets = query_offsets(batch, examples, n)
-    decoder = StreamingDecoder(model, trials, segments_per_call, "fp32")
-    last_write = int(batch.pairs_segment[0]) + layout["rewrites"]  # the pairs open segment 0
-    before = flat_state(decoder.state)
-    done = (last_write + 1) * n
-    decoder.feed(data[:, :done])
-    after = flat_state(decoder.state)
+    stream = ProbeStream(model, training_layout(cfg.task), gaps[-1], trials, seed, segments_per_call)
+    before = flat_state(stream.decoder.state)
+    stream.feed_writes()
+    after = flat_state(stream.decoder.state)
     rows = []
     for gap in gaps:
-        stop = (last_write + gap) * n
-        if stop > done:
-            decoder.feed(data[:, done:stop])
-            done = stop
-        now = flat_state(decoder.state)
-        logits = decoder.peek(query)  # [B, N, V]
-        predicted = [logits[i, offsets[i]].argmax(-1).tolist() for i in range(trials)]
-        scores = recall_scores(predicted, examples)
+        stream.feed_to_gap(gap)
+        now = flat_state(stream.decoder.state)
+        _, scores = stream.peek()
         hits = torch.tensor([h / max(q, 1) for h, q in zip(scores["recall_hits_by_example"], scores["recall_queries_by_example"])],
                             dtype=torch.float64)  # [B]
         rows += [{"run": str(run_dir), "method": cfg.memory.name, "seed": cfg.seed, "float64": float64,
@@ -135,9 +121,7 @@ def main() -> None:
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args()
     options = dict(kv.split("=", 1) for kv in args.set)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "state_drift.csv"
+    path = Path(args.out) / "state_drift.csv"
     gaps = [int(g) for g in args.gaps.split(",")]
     for run in args.runs:
         rows = drift_rows(run, gaps, args.trials, float64=args.float64, options=options)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
+from memzoo.running.generate import StreamingDecoder
 
 spec = importlib.util.spec_from_file_location("deltanet_retention", Path(__file__).resolve().parent.parent / "benchmarks" / "deltanet_retention.py")
 dr = importlib.util.module_from_spec(spec)
@@ -47,7 +48,7 @@ def test_split_adds_up_to_the_models_state(method: str) -> None:
     n = model.cfg.segment_len
     tokens = torch.randint(0, 256, (2, 6 * n), generator=torch.Generator().manual_seed(0))
     split = dr.PairsSplit(len(layers), layers[0].cfg.chunk_size)
-    decoder = dr.StreamingDecoder(model, 2, 2, "fp32")
+    decoder = StreamingDecoder(model, 2, 2, "fp32")
     original = dr.gdn.delta_rule_chunkwise
     with torch.no_grad(), dr.recorded(split):
         decoder.feed(tokens[:, :n])
