@@ -46,7 +46,11 @@ def at_scored(x: Tensor, offsets: list[list[int]]) -> Tensor:
 
 @torch.no_grad()
 def share_rows(run_dir: str, gaps: list[int], trials: int, seed: int = 0, segments_per_call: int = 64) -> list[dict[str, Any]]:
-    """One row per (gap, layer, head) of a trained infini-linear distance run."""
+    """One row per (gap, layer, head) of a trained infini-linear distance run (gaps >= 2: the selectivity
+    reads one filler segment after the pairs before the first gap is probed)."""
+    if min(gaps) < 2:
+        raise ValueError(f"infini_pairs_share gaps={sorted(gaps)}; expected every gap >= 2 segments (the selectivity "
+                         f"is measured on the first filler segment, fed before any gap is read)")
     cfg, model = load_trained(run_dir)
     model.eval()
     blocks = [(i, m) for i, m in enumerate(m for m in model.modules() if isinstance(m, infini.InfiniAttention))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 from memzoo.memories.infini import retrieve, sigma, update_linear
@@ -41,3 +42,9 @@ def test_at_scored_pools_each_example_positions() -> None:
     x = torch.arange(2 * 2 * 4, dtype=torch.float).view(2, 2, 4)  # [B, H, N]
     pooled = ips.at_scored(x, [[0, 3], [1]])
     assert torch.equal(pooled, torch.tensor([[0.0, 3.0, 9.0], [4.0, 7.0, 13.0]]))
+
+
+def test_gap_one_is_refused_before_anything_loads() -> None:
+    """Gap 1 would be read after the selectivity's filler segment, i.e. at gap 2: refused, naming the gaps."""
+    with pytest.raises(ValueError, match=r"gaps=\[1, 8\]"):
+        ips.share_rows("no-such-run", [8, 1], trials=2)
