@@ -1,4 +1,4 @@
-"""memzoo.running.bench_table.append_rows: one header however many appends, and a table with other
+"""memzoo.diagnose.table.append_rows: one header however many appends, and a table with other
 columns refused with both column lists named, its rows untouched."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from memzoo.running.bench_table import append_rows
+from memzoo.diagnose.table import append_rows
 
 
 def test_appends_under_one_header_and_refuses_other_columns(tmp_path) -> None:

@@ -1,14 +1,13 @@
-"""Does a trained run copy from its context? (the induction-head probe behind issue 10's recipe)
+"""Does a trained run copy from its context? (the induction-head probe behind the long-range recipe)
 
 Each probe is a 60-byte chunk of held-out corpus text written twice in one segment. A model that
 copies from its context predicts the second copy far better than the first; a model that only
 learned the corpus's statistics predicts both alike. Prints bits per byte on each copy per run.
 
-    python benchmarks/induction.py RUN_DIR [RUN_DIR ...] [--chunks 32] [--chunk-len 60]
+    python experiments/longrange/induction.py RUN_DIR [RUN_DIR ...] [--chunks 32] [--chunk-len 60]
 """
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
@@ -44,19 +43,3 @@ def copy_bits(run_dir: str, chunks: int, chunk_len: int) -> tuple[float, float]:
     out = model(seq[:, None, :n], model.initial_state(b, seq.device), torch.ones(b, 1, dtype=torch.bool, device=seq.device))
     bits = token_nll(out.logits, seq[:, None, 1:]).view(b, n) / math.log(2)  # [C, N]
     return float(bits[:, 5:chunk_len - 1].mean()), float(bits[:, chunk_len + 5:2 * chunk_len - 1].mean())
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+")
-    parser.add_argument("--chunks", type=int, default=32)
-    parser.add_argument("--chunk-len", type=int, default=60)
-    args = parser.parse_args()
-    print(f"{'run':40} {'first copy':>10} {'second copy':>11}")
-    for run in args.runs:
-        first, second = copy_bits(run, args.chunks, args.chunk_len)
-        print(f"{run:40} {first:10.2f} {second:11.2f}")
-
-
-if __name__ == "__main__":
-    main()
