@@ -13,6 +13,7 @@ import math
 import torch
 
 from memzoo.core.losses import token_nll
+from memzoo.core.model import MemoryModel
 from memzoo.data.corpus import load_documents, split_documents
 from memzoo.running.checkpoints import load_trained
 
@@ -38,7 +39,12 @@ def copy_bits(run_dir: str, chunks: int, chunk_len: int) -> tuple[float, float]:
     """Bits per byte on the first and the second copy (the first 5 bytes of each left out)."""
     cfg, model = load_trained(run_dir)
     model.eval()
-    seq = probe_batch(cfg, chunks, chunk_len).to(next(model.parameters()).device)  # [C, N + 1]
+    return copy_bits_on(model, probe_batch(cfg, chunks, chunk_len), chunk_len)
+
+
+def copy_bits_on(model: MemoryModel, seq: torch.Tensor, chunk_len: int) -> tuple[float, float]:
+    """copy_bits on given probes seq [C, N + 1] (probe_batch's): one segment from a fresh state."""
+    seq = seq.to(next(model.parameters()).device)
     b, n = seq.shape[0], seq.shape[1] - 1
     out = model(seq[:, None, :n], model.initial_state(b, seq.device), torch.ones(b, 1, dtype=torch.bool, device=seq.device))
     bits = token_nll(out.logits, seq[:, None, 1:]).view(b, n) / math.log(2)  # [C, N]

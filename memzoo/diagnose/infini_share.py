@@ -68,10 +68,17 @@ def key_share(run_dir: str, length: int, trials: int, seed: int = 0) -> tuple[to
                 per_layer_share, per_layer_sel, per_layer_read = [], [], []
                 for (qs, ks, vs), read in zip(flat, read_all):
                     per_layer_read.append(read[:, query].norm(dim=-1) / vs[:, :written].norm(dim=-1).mean(1))
-                    sims = torch.einsum("hd,htd->ht", qs[:, query], ks[:, :written])  # [H, written]
-                    per_layer_share.append(sims[:, target] / sims.sum(1))
-                    per_layer_sel.append(sims[:, target] / sims.mean(1))
+                    share, sel = share_and_selectivity(qs[:, query], ks[:, :written], target)
+                    per_layer_share.append(share)
+                    per_layer_sel.append(sel)
                 shares.append(torch.stack(per_layer_share))
                 selectivity.append(torch.stack(per_layer_sel))
                 read_norms.append(torch.stack(per_layer_read))
     return tuple(torch.stack(x).mean(0) for x in (shares, selectivity, read_norms))
+
+
+def share_and_selectivity(sq: torch.Tensor, sk: torch.Tensor, target: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per head, the linear read's weight on key `target`, σ(q)·σ(k_t) / Σ_j σ(q)·σ(k_j), and its
+    selectivity σ(q)·σ(k_t) / mean_j σ(q)·σ(k_j). sq [H, D], sk [H, T, D] -> [H] each."""
+    sims = torch.einsum("hd,htd->ht", sq, sk)  # [H, T]
+    return sims[:, target] / sims.sum(1), sims[:, target] / sims.mean(1)

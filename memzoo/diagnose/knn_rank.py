@@ -59,8 +59,17 @@ def slot_ranks(model: torch.nn.Module, length: int, back: int, trials: int, seed
                 if target >= keys.shape[0]:
                     raise ValueError(f"the key's slot {target} is not in the store yet ({keys.shape[0]} filled)")
                 sims = torch.einsum("hd,chd->hc", q_hat[:, query % n], keys)  # [H, F]
-                ranks.append((sims > sims[:, target:target + 1]).sum(1).tolist())
-                top = sims.topk(min(knn.cfg.top_k, sims.shape[1]), dim=1)
-                read = torch.softmax(top.values * tau[:, None], dim=1)  # [H, k]
-                weights.append((read * (top.indices == target)).sum(1).tolist())
+                rank, weight = rank_and_weight(sims, target, knn.cfg.top_k, tau)
+                ranks.append(rank.tolist())
+                weights.append(weight.tolist())
     return ranks, weights
+
+
+def rank_and_weight(sims: torch.Tensor, target: int, top_k: int, tau: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per head, the target slot's rank among the slots (how many are strictly more similar) and its
+    weight in the read's softmax over the top k at temperature τ (0 outside the top k).
+    sims [H, F], tau [H] -> [H] each."""
+    rank = (sims > sims[:, target:target + 1]).sum(1)
+    top = sims.topk(min(top_k, sims.shape[1]), dim=1)
+    read = torch.softmax(top.values * tau[:, None], dim=1)  # [H, k]
+    return rank, (read * (top.indices == target)).sum(1)
