@@ -2,7 +2,7 @@
 suite's last stage draws each row's gap G in [1, G_max] and opens the shorter rows with G_max - G
 filler segments before the pairs, so in training the memory has always read G_max - 1 segments of
 filler before the queries, whatever G. The streamed evaluation opens with the pairs: at G < G_max it
-reads less filler than any training row did. This benchmark scores the same examples both ways:
+reads less filler than any training row did. This measure scores the same examples both ways:
 
     stream    the pairs open the sequence, G - 1 filler segments, the queries (memzoo distance's layout)
     trained   G_max - G filler segments first, then the same bytes (the training rows' layout)
