@@ -15,7 +15,7 @@ takes that away, `rms-kv` leaves β the raw m.
 
     python experiments/distance/armt_write_gate.py RUN_DIR [RUN_DIR ...] [--segments 40] [--trials 32] [--out results/bench]
 
-Prints a table per run and appends one row per (run, layer, phase) to armt_write_gate.csv.
+The command line prints a table per run and appends one row per (run, layer, phase) to armt_write_gate.csv.
 """
 from __future__ import annotations
 

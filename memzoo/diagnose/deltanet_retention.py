@@ -18,7 +18,7 @@ The split is checked on every call: ‖P + F − S‖ / ‖S‖ is reported (flo
 
     python experiments/distance/deltanet_retention.py RUN_DIR [RUN_DIR ...] [--gaps 8,16,64,256,1024] [--trials 32] [--out results/bench]
 
-Appends one row per (run, gap, layer) to deltanet_retention.csv and prints a table per run.
+The command line appends one row per (run, gap, layer) to deltanet_retention.csv and prints a table per run.
 """
 from __future__ import annotations
 

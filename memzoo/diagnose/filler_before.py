@@ -12,7 +12,7 @@ differs between the two reads the filler's amount, not only the pairs.
 
     python experiments/distance/filler_before.py RUN_DIR [RUN_DIR ...] [--trials 64] [--out results/bench]
 
-Appends one row per (run, gap, layout) to filler_before.csv and prints them.
+The command line appends one row per (run, gap, layout) to filler_before.csv and prints them.
 """
 from __future__ import annotations
 

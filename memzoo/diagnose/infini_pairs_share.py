@@ -14,7 +14,7 @@ recall on the same examples.
 
     python experiments/distance/infini_pairs_share.py RUN_DIR [RUN_DIR ...] [--gaps 8,64,256,1024,4096] [--trials 32] [--out results/bench]
 
-Appends one row per (run, gap, layer, head) to infini_pairs_share.csv and prints each layer's
+The command line appends one row per (run, gap, layer, head) to infini_pairs_share.csv and prints each layer's
 head with the largest share.
 """
 from __future__ import annotations

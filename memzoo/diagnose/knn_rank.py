@@ -20,7 +20,6 @@ import torch
 import memzoo.memories.memorizing as memorizing
 from memzoo.core.probe import recording
 from memzoo.data.tasks import bytes_to_tensor, passkey_prompt_back, random_key
-from memzoo.running.checkpoints import load_trained
 from memzoo.running.generate import StreamingDecoder
 
 

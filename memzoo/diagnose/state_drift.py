@@ -13,7 +13,7 @@ still loses recall has a read that changed, not a state.
 
     python experiments/distance/state_drift.py RUN_DIR [RUN_DIR ...] [--gaps 8,64,512,4096] [--trials 32] [--float64] [--set KEY=VALUE] [--out results/bench]
 
-Appends one row per (run, gap, state tensor) to state_drift.csv and prints a table per run.
+The command line appends one row per (run, gap, state tensor) to state_drift.csv and prints a table per run.
 """
 from __future__ import annotations
 
