@@ -1,18 +1,14 @@
-"""benchmarks/armt_write_gate.py: the recorded writes are attributed to the right layer and segment,
+"""memzoo.diagnose.armt_write_gate: the recorded writes are attributed to the right layer and segment,
 and β's shut share and medians are what hand-built writes give."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import torch
 
 from conftest import tiny_model
 
-spec = importlib.util.spec_from_file_location("armt_write_gate", Path(__file__).resolve().parent.parent / "benchmarks" / "armt_write_gate.py")
-wg = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(wg)
+import memzoo.diagnose.armt_write_gate as wg
 
 
 def test_gate_stats_on_hand_built_writes() -> None:
@@ -29,16 +25,21 @@ def test_gate_stats_on_hand_built_writes() -> None:
 
 def test_each_layer_and_segment_gets_its_own_writes() -> None:
     """Layer 0's β shut by its bias, layer 1's open: the recorder must not mix the layers up, and
-    records one write per layer per segment; the plugin's write is restored afterwards."""
+    records one write per layer per segment (through the plugin's probe), and stops listening when it leaves."""
     model = tiny_model("armt", options={"w_v_init_std": 0.3})
     with torch.no_grad():
         model.model_memory.layers[0].W_beta.bias.fill_(-1e3)
         model.model_memory.layers[1].W_beta.bias.fill_(1e3)
     n, segments = model.cfg.segment_len, 3
     tokens = torch.randint(0, 256, (2, segments * n), generator=torch.Generator().manual_seed(0))
-    original = wg.armt.associative_write
     per_segment = wg.writes_per_segment(model, tokens, segments)
-    assert wg.armt.associative_write is original
+    with wg.recorded_writes() as calls:
+        with torch.no_grad():
+            model(tokens[:, :n].view(2, 1, n))
+    inside = len(calls)
+    with torch.no_grad():
+        model(tokens[:, :n].view(2, 1, n))
+    assert inside == model.cfg.n_layers and len(calls) == inside  # one write a layer inside, none after
     assert len(per_segment) == segments and all(len(s) == model.cfg.n_layers for s in per_segment)
     shut = wg.gate_stats([s[0] for s in per_segment])
     open_ = wg.gate_stats([s[1] for s in per_segment])

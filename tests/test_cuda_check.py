@@ -1,16 +1,11 @@
-"""benchmarks/cuda_check.py, run on the CPU: it passes a correct model, fails one whose float32 path
+"""benchmarks/gpu/cuda_check.py, run on the CPU: it passes a correct model, fails one whose float32 path
 is planted off by 1e-3, and compares a state's written slots only (an uninitialised slot is no error)."""
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-spec = importlib.util.spec_from_file_location("cuda_check", Path(__file__).resolve().parent.parent / "benchmarks" / "cuda_check.py")
-cc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(cc)
+import benchmarks.gpu.cuda_check as cc
 
 
 def test_valid_slots_zero_the_empty_slots_of_each_buffer_only() -> None:

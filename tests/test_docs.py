@@ -23,9 +23,7 @@ BUILD_MODULES = {"mkdocs": "mkdocs", "material": "mkdocs-material", "mkdocstring
 
 
 def method_pages_hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("method_pages", DOCS / "hooks" / "method_pages.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    import docs.hooks.method_pages as module  # mkdocs.yml's hook, from the checkout (pyproject's pytest pythonpath)
     return module
 
 

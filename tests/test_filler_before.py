@@ -1,17 +1,13 @@
-"""benchmarks/filler_before.py: the training layout of a distance example keeps its pairs, gap and
+"""memzoo.diagnose.filler_before: the training layout of a distance example keeps its pairs, gap and
 answers, and only opens it with filler (the protocol check of issue 24's short gaps)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from memzoo.running.distance import distance_batch
 
-spec = importlib.util.spec_from_file_location("filler_before", Path(__file__).resolve().parent.parent / "benchmarks" / "filler_before.py")
-fb = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fb)
+import memzoo.diagnose.filler_before as fb
 
 LAYOUT = {"pairs": 4, "queries": 8, "local_queries": 4, "alphabet": 8, "rewrites": 0}
 

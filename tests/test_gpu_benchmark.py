@@ -1,8 +1,7 @@
-"""benchmarks/gpu.py: its FLOP count equals what torch's FLOP counter measures for the matrix
+"""benchmarks/gpu/gpu.py: its FLOP count equals what torch's FLOP counter measures for the matrix
 multiplies, and without CUDA it says so in one line and exits 0."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import tiny_model
 
-spec = importlib.util.spec_from_file_location("gpu_bench", Path(__file__).resolve().parent.parent / "benchmarks" / "gpu.py")
-gpu = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu)
+import benchmarks.gpu.gpu as gpu
 
 
 def counted_flops(method: str) -> tuple[int, int]:

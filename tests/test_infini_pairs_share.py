@@ -1,17 +1,13 @@
-"""benchmarks/infini_pairs_share.py: the pairs' weight in the linear rule's read, by hand."""
+"""memzoo.diagnose.infini_pairs_share: the pairs' weight in the linear rule's read, by hand."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
 from memzoo.memories.infini import retrieve, sigma, update_linear
 
-spec = importlib.util.spec_from_file_location("infini_pairs_share", Path(__file__).resolve().parent.parent / "benchmarks" / "infini_pairs_share.py")
-ips = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ips)
+import memzoo.diagnose.infini_pairs_share as ips
 
 
 def test_share_by_hand() -> None:

@@ -17,10 +17,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # Low to high. A module may import modules of its own layer and of the layers before it.
-LAYERS = ["core", "memories", "data", "analysis", "running", "suites", "api"]
+LAYERS = ["core", "memories", "data", "analysis", "running", "diagnose", "suites", "api"]
 # memzoo.<first name> -> layer; memzoo itself (the public API), memzoo.cli and memzoo.__main__ are the top.
 LAYER_OF = {"core": "core", "registry": "core", "configs": "core", "memories": "memories", "data": "data",
-            "analysis": "analysis", "running": "running", "suites": "suites", "cli": "api", "__main__": "api"}
+            "analysis": "analysis", "running": "running", "diagnose": "diagnose", "suites": "suites", "cli": "api", "__main__": "api"}
 # Where each shipped subpackage's files sit in a checkout (pyproject.toml's package-dir).
 SOURCES = {"memzoo": ROOT / "memzoo", "memzoo.analysis": ROOT / "analysis", "memzoo.registry": ROOT / "registry",
            "memzoo.configs": ROOT / "configs"}
@@ -148,10 +148,10 @@ def shortest_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str
     return component
 
 
-def test_tests_and_benchmarks_import_only_modules_that_exist() -> None:
+def test_tests_benchmarks_and_experiments_import_only_modules_that_exist() -> None:
     known = set(package_modules())
     stale = [f"{path.relative_to(ROOT)}:{line} imports {target}: {statement!r}"
-             for folder in ("tests", "benchmarks") for path in sorted((ROOT / folder).glob("*.py"))
+             for folder in ("tests", "benchmarks", "experiments") for path in sorted((ROOT / folder).rglob("*.py"))
              for target, line, statement in imported(f"{folder}.{path.stem}", path, known) if target not in known]
     assert not stale, "\n".join(stale)
 
@@ -160,7 +160,7 @@ def test_docs_name_only_modules_and_files_that_exist() -> None:
     """Dotted module names and module paths in the README, configs, cards, code and comments."""
     files = [ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "configs").rglob("*.yaml")),
              *sorted((ROOT / "registry").glob("*.yaml")), *package_modules().values(), *sorted((ROOT / "tests").glob("*.py")),
-             *sorted((ROOT / "benchmarks").glob("*.py"))]
+             *sorted((ROOT / "benchmarks").rglob("*.py")), *sorted((ROOT / "experiments").rglob("*.py"))]
     missing = []
     for file in files:
         text = file.read_text()

@@ -1,8 +1,6 @@
-"""benchmarks/peer.py: memzoo's side is `memzoo train`'s step, not a loop of its own."""
+"""benchmarks/peers/peer.py: memzoo's side is `memzoo train`'s step, not a loop of its own."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,16 +8,13 @@ import torch
 from memzoo.running.configure import build_model
 from memzoo.running.train import train
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16",
         "train.window_segments=4", "train.batch_size=2", "data.max_docs=20"]
 
 
 def load_peer():
-    spec = importlib.util.spec_from_file_location("peer", ROOT / "benchmarks" / "peer.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import benchmarks.peers.peer as peer
+    return peer
 
 
 @pytest.mark.parametrize("rule", ["delta", "linear"])

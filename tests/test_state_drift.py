@@ -1,16 +1,12 @@
-"""benchmarks/state_drift.py's measures on hand-built states: an overflowed row is counted and left
+"""memzoo.diagnose.state_drift's measures on hand-built states: an overflowed row is counted and left
 out of the medians, drift is |S_G - S_0| / |S_0| and filler the same over the pairs' own write."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import torch
 
-spec = importlib.util.spec_from_file_location("state_drift", Path(__file__).resolve().parent.parent / "benchmarks" / "state_drift.py")
-sd = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sd)
+import memzoo.diagnose.state_drift as sd
 
 
 def test_overflowed_rows_are_counted_and_the_medians_use_the_others() -> None:

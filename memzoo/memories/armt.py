@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from memzoo.core.config import ModelConfig
 from memzoo.core.memory import ModelMemory, State
 from memzoo.core.plugins import register_memory
+from memzoo.core.probe import probe
 
 
 @dataclass
@@ -208,7 +209,9 @@ class AssociativeRecurrentMemory(ModelMemory):
             v = F.linear(kv_in, w(layer.W_V))  # [B, m, d]
             beta = torch.sigmoid(F.linear(beta_in, w(layer.W_beta), layer.W_beta.bias.to(mem.dtype)))  # [B, m, 1]
             A, z = state[f"A.{index}"].to(mem.dtype), state[f"z.{index}"].to(mem.dtype)
-            A, z = associative_write(A, z, k, v, beta, ~state["written"], self.eps, self.floor)
+            empty = ~state["written"]  # [B]
+            probe("armt.write", layer=index, A=A, z=z, k=k, v=v, beta=beta, empty=empty, eps=self.eps, floor=self.floor)
+            A, z = associative_write(A, z, k, v, beta, empty, self.eps, self.floor)
         return {**state, f"A.{index}": A, f"z.{index}": z}
 
     def leave(self, h: Tensor, state: State) -> State:

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from memzoo.core.config import ModelConfig
 from memzoo.core.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
 from memzoo.core.plugins import register_memory
+from memzoo.core.probe import probe
 
 
 @dataclass
@@ -235,6 +236,9 @@ class GatedDeltaNet(LayerMemory):
                 o, new_state["S"] = delta_rule_chunkwise(q, k, v, g, beta, s0, x.reset, self.cfg.chunk_size)
             else:
                 o, new_state["S"] = delta_rule_loop(q, k, v, g, beta, s0, x.reset)
+            # the recurrence's inputs and the state it leaves, for a measure that takes the state apart
+            probe("gated-deltanet.recurrence", layer=self.layer_index, q=q, k=k, v=v, g=g, beta=beta, s0=s0,
+                  reset=x.reset, state=new_state["S"], chunk_size=self.cfg.chunk_size)
             o = o * torch.rsqrt(o.pow(2).mean(dim=-1, keepdim=True) + self.cfg.norm_eps) * self.norm_weight  # RMSNorm per head
             out_gate = rearrange(self.out_gate(hidden), "b s n (h d) -> b s h n d", h=self.n_heads)
             o = o * F.silu(out_gate)  # [B, S, H, N, D]

@@ -52,6 +52,7 @@ from torch.autograd.function import once_differentiable
 from memzoo.core.config import ModelConfig
 from memzoo.core.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
 from memzoo.core.plugins import register_memory
+from memzoo.core.probe import probe
 
 RULES = ("linear", "delta")
 FIRST_READS = ("zeros", "skip")
@@ -187,6 +188,8 @@ class InfiniAttention(LayerMemory):
                 a_mem, empty, state = self._linear_all_segments(sq, sk, v, x.reset, state)
             else:
                 a_mem, empty, state = self._segment_loop(sq, sk, v, x.reset, state)
+            # what the memory path read and wrote: σ(q), σ(k), v and the read σ(q) M / σ(q) z, [B, S, H, N, D] each
+            probe("infini.memory", layer=self.layer_index, sq=sq, sk=sk, v=v, read=a_mem)
 
         out = self.gate(a_mem, a_dot)  # [B, S, H, N, D]
         if self.cfg.first_read == "skip":

@@ -60,6 +60,7 @@ from memzoo.core.config import ModelConfig
 from memzoo.core.fifo import fifo_init, fifo_push_filled, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv
 from memzoo.core.memory import HeadGate, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
+from memzoo.core.probe import probe
 
 BACKENDS = ("exact", "faiss")
 
@@ -263,6 +264,7 @@ class MemorizingKNN(MemorizingXL):
         with torch.autocast(device_type=q.device.type, enabled=False):
             q_hat = l2_normalise(q.float())  # no positional encoding on the memory path
             store = filled(store)  # [B, F, H, D]: the search costs the filled slots, not store_size
+            probe("memorizing.read", layer=self.layer_index, q_hat=q_hat, keys=store["k"])  # what the search compares
             idx, ok = self.search(q_hat, store)
             return attend_retrieved(q_hat, store["k"], store["v"], idx, ok, self.log_scale.float().exp())
 

@@ -1,7 +1,7 @@
 """Every registered method's fast path on CUDA against the same weights in float64 on the CPU (the
 oracle the tests hold to each paper's per-token reference): logits, final state and every gradient.
 
-    PYTHONPATH=. python benchmarks/cuda_check.py [--device cuda] [--out results/gpu]
+    PYTHONPATH=. python benchmarks/gpu/cuda_check.py [--device cuda] [--out results/gpu]
 
 A small backbone (2 layers, d_model 64, 4 heads, segments of 32, 4 segments a call, one row starting
 a new document at segment 2) at each method's default options, the chunked ones at a chunk that
@@ -138,7 +138,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("benchmarks/cuda_check.py: no CUDA device here, nothing checked (run it on a machine with a GPU)")
+        print("benchmarks/gpu/cuda_check.py: no CUDA device here, nothing checked (run it on a machine with a GPU)")
         return 0
     rows = []
     for name, method, options in cases():

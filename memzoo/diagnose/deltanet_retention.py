@@ -1,5 +1,5 @@
-"""How much of the pairs' write a (Gated) DeltaNet keeps as filler streams through it (issue 24's
-diagnosis of the DeltaNets' reach): the `distance` suite's own examples streamed through a trained
+"""How much of the pairs' write a (Gated) DeltaNet keeps as filler streams through it (a diagnosis
+of the DeltaNets' reach): the `distance` suite's own examples streamed through a trained
 run, and per layer, at each gap G, the state split into what the pairs wrote and what the filler wrote.
 
 Given the tokens' k_t, β_t and α_t (what the stream computed), the recurrence is affine in S:
@@ -16,28 +16,26 @@ write strength β (mean, and the share below 0.01) over the pairs' segment and o
 filler's mean log α (Gated DeltaNet's decay; 0 for DeltaNet), and recall at G on the same examples.
 The split is checked on every call: ‖P + F − S‖ / ‖S‖ is reported (float32 rounding, ~1e-6).
 
-    python benchmarks/deltanet_retention.py RUN_DIR [RUN_DIR ...] [--gaps 8,16,64,256,1024] [--trials 32] [--out results/bench]
+    python experiments/distance/deltanet_retention.py RUN_DIR [RUN_DIR ...] [--gaps 8,16,64,256,1024] [--trials 32] [--out results/bench]
 
-Appends one row per (run, gap, layer) to deltanet_retention.csv and prints a table per run.
+The command line appends one row per (run, gap, layer) to deltanet_retention.csv and prints a table per run.
 """
 from __future__ import annotations
 
-import argparse
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import torch
 from torch import Tensor
 
 import memzoo.memories.gated_deltanet as gdn
-from memzoo.running.bench_table import append_rows
+from memzoo.core.probe import recording
 from memzoo.running.checkpoints import load_trained
-from memzoo.running.distance import ProbeStream
+from memzoo.diagnose.stream import ProbeStream
 from memzoo.running.recall_stream import training_layout
 
 SMALL_BETA = 0.01  # a write this weak moves S by at most 1% of the error along k
-RECURRENCE = gdn.delta_rule_chunkwise  # the plugin's own, kept while `recorded` wraps it
+RECURRENCE = gdn.delta_rule_chunkwise  # the plugin's own chunkwise form (same values as its loop)
 
 
 def carry(p: Tensor, k: Tensor, g: Tensor, beta: Tensor, reset: Tensor, chunk_size: int) -> Tensor:
@@ -84,21 +82,14 @@ class PairsSplit:
 
 @contextmanager
 def recorded(split: PairsSplit) -> Iterator[PairsSplit]:
-    """Route every call of the DeltaNets' recurrence (either form) through `split` while inside."""
-    originals = gdn.delta_rule_chunkwise, gdn.delta_rule_loop
+    """Show `split` every DeltaNet recurrence (either form) the model runs while inside: the plugin's
+    "gated-deltanet.recurrence" probe, its inputs and the state it leaves."""
 
-    def recording(recurrence):
-        def run(*args):  # (q, k, v, g, beta, s0, reset[, chunk_size]): either form's signature
-            o, s = recurrence(*args)
-            split(*args[:7], s)
-            return o, s
-        return run
+    def listen(name: str, r: dict[str, Any]) -> None:
+        split(r["q"], r["k"], r["v"], r["g"], r["beta"], r["s0"], r["reset"], r["state"])
 
-    gdn.delta_rule_chunkwise, gdn.delta_rule_loop = map(recording, originals)
-    try:
+    with recording(listen, {"gated-deltanet.recurrence"}):
         yield split
-    finally:
-        gdn.delta_rule_chunkwise, gdn.delta_rule_loop = originals
 
 
 def frob(x: Tensor) -> Tensor:
@@ -148,31 +139,3 @@ def retention_rows(run_dir: str, gaps: list[int], trials: int, seed: int = 0, se
                              "trials": trials, "layer": layer, "recall_accuracy": scores["recall_accuracy"],
                              **layer_metrics(split, layer, p0[layer], stream.offsets)})
     return rows
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", help="trained deltanet / gated-deltanet run folders of the distance suite (its last stage)")
-    ap.add_argument("--gaps", default="8,16,64,256,1024")
-    ap.add_argument("--trials", type=int, default=32)
-    ap.add_argument("--out", default="results/bench")
-    args = ap.parse_args()
-    gaps = [int(g) for g in args.gaps.split(",")]
-    if min(gaps) < 1:
-        ap.error(f"--gaps {args.gaps}; expected gaps >= 1 segment")
-    path = Path(args.out) / "deltanet_retention.csv"
-    for run in args.runs:
-        rows = retention_rows(run, gaps, args.trials)
-        print(f"{run} ({rows[0]['method']}, seed {rows[0]['seed']}): medians over examples")
-        for r in rows:
-            print(f"  gap {r['gap_segments']:>5} layer {r['layer']}: recall {r['recall_accuracy']:.2f}  retention "
-                  f"{r['retention_median']:.3g}  filler/pairs {r['filler_over_pairs_median']:.3g}  read ratio "
-                  f"{r['read_ratio_median']:.3g}  beta pairs {r['beta_pairs_mean']:.3f} filler {r['beta_filler_mean']:.3f} "
-                  f"(< {SMALL_BETA}: {r['beta_filler_small_share']:.2f})  log alpha {r['log_alpha_filler_mean']:.2e}  "
-                  f"split error {r['split_error']:.1e}", flush=True)
-        append_rows(path, rows)
-    print(f"appended to {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -14,7 +14,7 @@ output y instead of the segment's keys and values. Each variant changes one thin
   output (the paper's y_t is a d_model vector), not its own head's alone.
 Run them through a suite as a plugin:
 
-    memzoo compare capacity-top "imports=[benchmarks/titans_mac_ablation.py]" \
+    memzoo compare capacity-top "imports=[experiments/titans/titans_mac_ablation.py]" \
         "methods=[titans-mac-no-context,titans-mac-projected,titans-mac-writes-kv,titans-mac-mixed-heads]" "seeds=[0]"
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ curriculum stage it trains (memzoo.running.curriculum, reach included) times tha
 CPU seconds per step, and the streamed evaluation (one stream to the longest gap, both arms)
 extrapolated from a stream to a shorter gap.
 
-    python benchmarks/distance_cost.py [--suite distance] [--steps 4] [--methods xl,rmt] [--out results/bench]
+    python benchmarks/speed/distance_cost.py [--suite distance] [--steps 4] [--methods xl,rmt] [--out results/bench]
 
 CPU seconds are this process's (time.process_time, one thread), so a busy machine slows the
 measurement less than a wall clock would; --calibrate also times capacity-top's stage (gap 1), whose

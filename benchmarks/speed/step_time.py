@@ -1,7 +1,7 @@
 """Training-step throughput of every registered method at a preset's backbone, with model FLOP/s
 and utilisation against a stated ceiling (fp32 matmul on this machine: about 200 GFLOP/s).
 
-    python benchmarks/step_time.py [--preset small] [--steps 3] [--ceiling-gflops 200] [--out results/bench]
+    python benchmarks/speed/step_time.py [--preset small] [--steps 3] [--ceiling-gflops 200] [--out results/bench]
 
 Writes step_time.csv (one row per method) and prints the table. Model FLOPs per token are
 6 × parameters (forward + backward of the matrices) plus the local attention's 12 × n_layers × N × d_model / 2

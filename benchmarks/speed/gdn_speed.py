@@ -2,7 +2,7 @@
 side by side in one run (CPU, or CUDA with --device cuda): the recurrence alone (`delta_rule_chunkwise` vs `delta_rule_loop`)
 and the whole layer memory (conv, gates, norm, output gate and the mix with local attention).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/gdn_speed.py [--segment 512] [--heads 4] [--head-dim 32] [--batch 2]
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/speed/gdn_speed.py [--segment 512] [--heads 4] [--head-dim 32] [--batch 2]
                                                                   [--chunk 64] [--rounds 7] [--device cpu] [--out results/bench]
 
 Defaults are the quick backbone's heads (4 of 32, d_model 128) at a segment of 512 tokens. The two

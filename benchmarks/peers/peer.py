@@ -3,9 +3,9 @@
 4 heads of 64, segments of 256, batch 4 x 2,048 bytes, AdamW, memory detached every 2 segments,
 fp32 (or bf16 autocast on both sides with --precision bf16: worth it only on a CPU with bf16 units).
 
-    python benchmarks/peer.py [--rule delta|linear] [--precision fp32|bf16] [--rounds 3] [--steps 5] [--threads 2] [--out results/bench]
-    python benchmarks/peer.py --profile memzoo [--threads 1]    # where one memzoo step spends its time
-    python benchmarks/peer.py --breakdown [--steps 4]           # both sides: matmuls, attention, the rest
+    python benchmarks/peers/peer.py [--rule delta|linear] [--precision fp32|bf16] [--rounds 3] [--steps 5] [--threads 2] [--out results/bench]
+    python benchmarks/peers/peer.py --profile memzoo [--threads 1]    # where one memzoo step spends its time
+    python benchmarks/peers/peer.py --breakdown [--steps 4]           # both sides: matmuls, attention, the rest
 
 Each side runs in its own process, one after the other, for several rounds (the order alternates
 per round, so background load hits both alike); each process warms up, then times `--steps`

@@ -1,19 +1,19 @@
-"""Does a trained run copy from its context? (the induction-head probe behind issue 10's recipe)
+"""Does a trained run copy from its context? (the induction-head probe behind the long-range recipe)
 
 Each probe is a 60-byte chunk of held-out corpus text written twice in one segment. A model that
 copies from its context predicts the second copy far better than the first; a model that only
 learned the corpus's statistics predicts both alike. Prints bits per byte on each copy per run.
 
-    python benchmarks/induction.py RUN_DIR [RUN_DIR ...] [--chunks 32] [--chunk-len 60]
+    python experiments/longrange/induction.py RUN_DIR [RUN_DIR ...] [--chunks 32] [--chunk-len 60]
 """
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
 
 from memzoo.core.losses import token_nll
+from memzoo.core.model import MemoryModel
 from memzoo.data.corpus import load_documents, split_documents
 from memzoo.running.checkpoints import load_trained
 
@@ -39,24 +39,13 @@ def copy_bits(run_dir: str, chunks: int, chunk_len: int) -> tuple[float, float]:
     """Bits per byte on the first and the second copy (the first 5 bytes of each left out)."""
     cfg, model = load_trained(run_dir)
     model.eval()
-    seq = probe_batch(cfg, chunks, chunk_len).to(next(model.parameters()).device)  # [C, N + 1]
+    return copy_bits_on(model, probe_batch(cfg, chunks, chunk_len), chunk_len)
+
+
+def copy_bits_on(model: MemoryModel, seq: torch.Tensor, chunk_len: int) -> tuple[float, float]:
+    """copy_bits on given probes seq [C, N + 1] (probe_batch's): one segment from a fresh state."""
+    seq = seq.to(next(model.parameters()).device)
     b, n = seq.shape[0], seq.shape[1] - 1
     out = model(seq[:, None, :n], model.initial_state(b, seq.device), torch.ones(b, 1, dtype=torch.bool, device=seq.device))
     bits = token_nll(out.logits, seq[:, None, 1:]).view(b, n) / math.log(2)  # [C, N]
     return float(bits[:, 5:chunk_len - 1].mean()), float(bits[:, chunk_len + 5:2 * chunk_len - 1].mean())
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+")
-    parser.add_argument("--chunks", type=int, default=32)
-    parser.add_argument("--chunk-len", type=int, default=60)
-    args = parser.parse_args()
-    print(f"{'run':40} {'first copy':>10} {'second copy':>11}")
-    for run in args.runs:
-        first, second = copy_bits(run, args.chunks, args.chunk_len)
-        print(f"{run:40} {first:10.2f} {second:11.2f}")
-
-
-if __name__ == "__main__":
-    main()

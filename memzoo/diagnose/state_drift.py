@@ -1,4 +1,4 @@
-"""What a memory's state holds as the gap grows (issue 24's diagnosis, for any memory): the `distance`
+"""What a memory's state holds as the gap grows: the `distance`
 suite's own examples streamed through a trained run, and at each gap G, per state tensor,
 
     drift(G)  = ||S_G - S_0|| / ||S_0||           how far the state moved after the last write
@@ -11,23 +11,20 @@ the same examples, split by whether their state overflowed. A memory whose fille
 its pairs' write (filler > 1) overwrites what it stored; one whose state stays put (drift ~ 0) and
 still loses recall has a read that changed, not a state.
 
-    python benchmarks/state_drift.py RUN_DIR [RUN_DIR ...] [--gaps 8,64,512,4096] [--trials 32] [--float64] [--set KEY=VALUE] [--out results/bench]
+    python experiments/distance/state_drift.py RUN_DIR [RUN_DIR ...] [--gaps 8,64,512,4096] [--trials 32] [--float64] [--set KEY=VALUE] [--out results/bench]
 
-Appends one row per (run, gap, state tensor) to state_drift.csv and prints a table per run.
+The command line appends one row per (run, gap, state tensor) to state_drift.csv and prints a table per run.
 """
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from memzoo.core.model import ModelState
-from memzoo.running.bench_table import append_rows
 from memzoo.running.checkpoints import load_trained
-from memzoo.running.distance import ProbeStream
+from memzoo.diagnose.stream import ProbeStream
 from memzoo.running.recall_stream import training_layout
 
 
@@ -107,36 +104,3 @@ def _stream_rows(run_dir: str, cfg: Any, model: Any, gaps: list[int], trials: in
                   "options": str(options or {}), "gap_segments": gap, "trials": trials,
                   "recall_accuracy": scores["recall_accuracy"], **m} for m in state_metrics(before, after, now, hits)]
     return rows
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", help="trained run folders of the distance suite (its last stage)")
-    ap.add_argument("--gaps", default="8,64,512,4096")
-    ap.add_argument("--trials", type=int, default=32)
-    ap.add_argument("--states", default=None, help="comma-separated substrings: print only state tensors matching one")
-    ap.add_argument("--float64", action="store_true", help="weights and state in float64 (does the overflow cause the misses?)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="change a memory option of the trained model for the stream (e.g. norm_floor=0)")
-    ap.add_argument("--out", default="results/bench")
-    args = ap.parse_args()
-    options = dict(kv.split("=", 1) for kv in args.set)
-    path = Path(args.out) / "state_drift.csv"
-    gaps = [int(g) for g in args.gaps.split(",")]
-    for run in args.runs:
-        rows = drift_rows(run, gaps, args.trials, float64=args.float64, options=options)
-        append_rows(path, rows)
-        print(f"{run} ({rows[0]['method']}, seed {rows[0]['seed']}): medians over the rows whose state is finite; "
-              f"'overflowed': rows with inf or NaN in any state tensor")
-        for r in rows:
-            if args.states and not any(x in r["state"] for x in args.states.split(",")):
-                continue
-            print(f"  gap {r['gap_segments']:>5}  {r['state']:10s} recall {r['recall_accuracy']:.2f} (finite rows "
-                  f"{r['recall_finite_rows']:.2f}, overflowed {r['recall_nonfinite_rows']:.2f})  overflowed "
-                  f"{r['nonfinite_rows']:.2f}  log10|S| {r['log10_norm_median']:6.1f}  drift {r['drift_median']:.3g}  "
-                  f"filler {r['filler_over_write_median']:.3g}", flush=True)
-    print(f"appended to {path}")
-
-
-if __name__ == "__main__":
-    main()

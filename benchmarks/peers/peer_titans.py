@@ -2,7 +2,7 @@
 side by side in one process, at a configuration both can express.
 
     pip install titans-pytorch==0.5.5        # or: pip install '.[peer]'
-    python benchmarks/peer_titans.py [--rounds 3] [--steps 2] [--threads 1] [--out results/bench]
+    python benchmarks/peers/peer_titans.py [--rounds 3] [--steps 2] [--threads 1] [--out results/bench]
 
 Two comparisons, each side timed in alternating rounds (the order flips every round, so background
 load hits both alike; medians over every timed step):
@@ -34,7 +34,7 @@ Prints tokens/s per side (median, min, max) and `ratio` (memzoo's median over th
 comparison, and writes peer_titans.csv.
 
 Measured (2026-11-23, a 2-core CPU shared with other jobs, load average 5-7, one thread each, 3
-alternating rounds of one step; `python benchmarks/peer_titans.py --rounds 3 --steps 1`):
+alternating rounds of one step; `python benchmarks/peers/peer_titans.py --rounds 3 --steps 1`):
 
     memory alone, chunk 16:   memzoo 2,263 tokens/s, port 1,939: ratio 1.17
     model step,   chunk 16:   memzoo   320 tokens/s, port   294: ratio 1.09

@@ -1,4 +1,4 @@
-"""Where does Memorizing's kNN layer look for a passkey? (issue 10's diagnosis of the kNN path)
+"""Where does Memorizing's kNN layer look for a passkey?
 
 For prompts with the key a given number of segments before the question, the answer is teacher-
 forced and, at each answer position, every head's query is compared with every key in the store
@@ -8,17 +8,18 @@ the weight the read's softmax over the top-k gives it. A head that ranks the slo
 it a few percent of the read is diluted by its temperature; one that ranks it in the hundreds
 never finds it.
 
-    python benchmarks/knn_rank.py RUN_DIR --length 668 --back 3 [--trials 4]
+    python experiments/longrange/knn_rank.py RUN_DIR --length 668 --back 3 [--trials 4]
 """
 from __future__ import annotations
 
-import argparse
+
+from typing import Any
 
 import torch
 
 import memzoo.memories.memorizing as memorizing
+from memzoo.core.probe import recording
 from memzoo.data.tasks import bytes_to_tensor, passkey_prompt_back, random_key
-from memzoo.running.checkpoints import load_trained
 from memzoo.running.generate import StreamingDecoder
 
 
@@ -34,18 +35,16 @@ def slot_ranks(model: torch.nn.Module, length: int, back: int, trials: int, seed
     """Per answer digit of every trial: ([H] rank of the key's slot, [H] its weight in the read)."""
     knn = knn_layer_of(model)
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []  # per model call: (q̂ [H, N, D], store keys [F, H, D])
-    plain_read = knn.read
 
-    def recording_read(q: torch.Tensor, store):
-        seen.append((memorizing.l2_normalise(q.float())[0], memorizing.filled(store)["k"][0].clone()))
-        return plain_read(q, store)
+    def record(name: str, r: dict[str, Any]) -> None:  # the plugin's "memorizing.read" probe
+        if r["layer"] == knn.layer_index:
+            seen.append((r["q_hat"][0], r["keys"][0].clone()))
 
-    knn.read = recording_read  # this instance only, until the end
     tau = knn.log_scale.exp()  # [H]
     n = model.cfg.segment_len
     gen = torch.Generator().manual_seed(seed)
     ranks, weights = [], []
-    try:
+    with recording(record, {"memorizing.read"}):
         for _ in range(trials):
             key = random_key(gen, 5)
             prompt = passkey_prompt_back(length, back, key, n, gen)
@@ -59,34 +58,17 @@ def slot_ranks(model: torch.nn.Module, length: int, back: int, trials: int, seed
                 if target >= keys.shape[0]:
                     raise ValueError(f"the key's slot {target} is not in the store yet ({keys.shape[0]} filled)")
                 sims = torch.einsum("hd,chd->hc", q_hat[:, query % n], keys)  # [H, F]
-                ranks.append((sims > sims[:, target:target + 1]).sum(1).tolist())
-                top = sims.topk(min(knn.cfg.top_k, sims.shape[1]), dim=1)
-                read = torch.softmax(top.values * tau[:, None], dim=1)  # [H, k]
-                weights.append((read * (top.indices == target)).sum(1).tolist())
-    finally:
-        knn.read = plain_read
+                rank, weight = rank_and_weight(sims, target, knn.cfg.top_k, tau)
+                ranks.append(rank.tolist())
+                weights.append(weight.tolist())
     return ranks, weights
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run")
-    parser.add_argument("--length", type=int, default=668)
-    parser.add_argument("--back", type=int, default=3, help="segments between the key and the question")
-    parser.add_argument("--trials", type=int, default=4)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    _, model = load_trained(args.run)
-    ranks, weights = slot_ranks(model, args.length, args.back, args.trials)
-    knn = knn_layer_of(model)
-    r, w = torch.tensor(ranks, dtype=torch.float), torch.tensor(weights)
-    print(f"{args.run}: length {args.length}, key {args.back} segments back, {len(ranks)} answer digits")
-    print("gate sigmoid(b):", [round(g, 2) for g in knn.gate_values().tolist()])
-    print("temperature τ:  ", [round(t, 1) for t in knn.log_scale.exp().tolist()])
-    print("median rank:    ", [int(v) for v in r.median(0).values.tolist()])
-    print("top-1 share:    ", [round(v, 2) for v in (r == 0).float().mean(0).tolist()])
-    print("mean weight:    ", [round(v, 3) for v in w.mean(0).tolist()])
-
-
-if __name__ == "__main__":
-    main()
+def rank_and_weight(sims: torch.Tensor, target: int, top_k: int, tau: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per head, the target slot's rank among the slots (how many are strictly more similar) and its
+    weight in the read's softmax over the top k at temperature τ (0 outside the top k).
+    sims [H, F], tau [H] -> [H] each."""
+    rank = (sims > sims[:, target:target + 1]).sum(1)
+    top = sims.topk(min(top_k, sims.shape[1]), dim=1)
+    read = torch.softmax(top.values * tau[:, None], dim=1)  # [H, k]
+    return rank, (read * (top.indices == target)).sum(1)

@@ -2,7 +2,7 @@
 each on CUDA, with tokens/s, model FLOP/s as a fraction of the device's bf16 peak, peak CUDA memory,
 and (where xformers is installed) the xformers and sdpa attention backends checked against each other.
 
-    python benchmarks/gpu.py [--steps 5] [--batch-size 16] [--peak-tflops 989] [--max-seconds 300] [--out results/gpu]
+    python benchmarks/gpu/gpu.py [--steps 5] [--batch-size 16] [--peak-tflops 989] [--max-seconds 300] [--out results/gpu]
 
 Writes gpu.csv (one row per method) and prints the table. Without CUDA it says so in one line and
 exits 0. Model FLOPs per token = 6 x (weights of every matrix multiply, the tied LM head included)
@@ -155,7 +155,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out", default="results/gpu")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("benchmarks/gpu.py: no CUDA device here, nothing measured (run it on a machine with a GPU)")
+        print("benchmarks/gpu/gpu.py: no CUDA device here, nothing measured (run it on a machine with a GPU)")
         return 0
 
     from memzoo.data.corpus import load_documents, split_documents

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every GPU check memzoo has, in one call that fits a short lease (about 9 minutes on one H100/H200):
 #   1. a slice of capacity-gpu (seed 0, one cell of its sweep, four methods at once), in the background;
-#   2. benchmarks/cuda_check.py: every method's fast path on CUDA against the float64 CPU oracle;
-#   3. benchmarks/gdn_speed.py on CUDA: Gated DeltaNet's chunkwise form against its per-token loop;
-#   4. benchmarks/gpu.py, once the GPU is free again: tokens/s, MFU, peak memory and xformers vs sdpa.
-# Usage: OUT=dir bash benchmarks/gpu_session.sh   (PYTHON=python3 by default; each stage has its own
+#   2. benchmarks/gpu/cuda_check.py: every method's fast path on CUDA against the float64 CPU oracle;
+#   3. benchmarks/speed/gdn_speed.py on CUDA: Gated DeltaNet's chunkwise form against its per-token loop;
+#   4. benchmarks/gpu/gpu.py, once the GPU is free again: tokens/s, MFU, peak memory and xformers vs sdpa.
+# Usage: OUT=dir bash benchmarks/gpu/gpu_session.sh   (PYTHON=python3 by default; each stage has its own
 # time limit, and everything measured lands in $OUT/results.tgz and $OUT/session.log even when one fails).
 set -u
 OUT=${OUT:-results/gpu-session}
@@ -30,10 +30,10 @@ timeout -k 5 "${CAP_SECONDS:-300}" $PY -m memzoo compare capacity-gpu out_dir="$
 CAP=$!
 
 log "2. fast paths on CUDA against the CPU oracle"
-timeout -k 5 120 $PY benchmarks/cuda_check.py --out "$R"
+timeout -k 5 120 $PY benchmarks/gpu/cuda_check.py --out "$R"
 
 log "3. Gated DeltaNet chunkwise vs per-token loop on CUDA (paper-gpu heads: 8 of 64, segment 512, batch 8)"
-timeout -k 5 90 $PY benchmarks/gdn_speed.py --device cuda --segment 512 --heads 8 --head-dim 64 --batch 8 \
+timeout -k 5 90 $PY benchmarks/speed/gdn_speed.py --device cuda --segment 512 --heads 8 --head-dim 64 --batch 8 \
   --rounds 5 --out "$R"
 
 log "waiting for the capacity slice"
@@ -41,8 +41,8 @@ wait $CAP; echo "capacity exit $?"
 pkill -f "memzoo compare capacity-gpu" 2>/dev/null; pkill -f "multiprocessing.spawn" 2>/dev/null; sleep 2
 tail -25 "$R/capacity.log"
 
-log "4. benchmarks/gpu.py (paper-gpu backbone, bf16, 3 timed steps a method)"
-timeout -k 5 "${GPU_SECONDS:-220}" $PY benchmarks/gpu.py --steps 3 --max-seconds "${GPU_MAX:-170}" --out "$R"
+log "4. benchmarks/gpu/gpu.py (paper-gpu backbone, bf16, 3 timed steps a method)"
+timeout -k 5 "${GPU_SECONDS:-220}" $PY benchmarks/gpu/gpu.py --steps 3 --max-seconds "${GPU_MAX:-170}" --out "$R"
 log "done"
 } 2>&1 | tee "$OUT/session.log"
 # rows, reports and logs only: the runs' checkpoints made the archive 49 MB, over the lease's 16 MB a file

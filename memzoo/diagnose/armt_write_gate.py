@@ -1,4 +1,4 @@
-"""How strongly ARMT writes, segment by segment (issue 24's diagnosis of its reach): the `distance`
+"""How strongly ARMT writes, segment by segment: the `distance`
 suite's own examples streamed through a trained ARMT run, and per layer, for the pairs' segment and
 for the filler after it, the write strength β of the memory tokens (median, and the share shut to
 below 1e-6) and the sizes |k| = |φ(W_K m)| and |v| = |W_V m| of what they write.
@@ -13,23 +13,21 @@ one whose β stays open keeps writing filler over them. In the paper's write, β
 shut exactly only because m (the memory tokens' residual stream) grows large; `write_norm: rms`
 takes that away, `rms-kv` leaves β the raw m.
 
-    python benchmarks/armt_write_gate.py RUN_DIR [RUN_DIR ...] [--segments 40] [--trials 32] [--out results/bench]
+    python experiments/distance/armt_write_gate.py RUN_DIR [RUN_DIR ...] [--segments 40] [--trials 32] [--out results/bench]
 
-Prints a table per run and appends one row per (run, layer, phase) to armt_write_gate.csv.
+The command line prints a table per run and appends one row per (run, layer, phase) to armt_write_gate.csv.
 """
 from __future__ import annotations
 
-import argparse
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 from torch import Tensor
 
 import memzoo.memories.armt as armt
+from memzoo.core.probe import recording
 from memzoo.core.model import MemoryModel
-from memzoo.running.bench_table import append_rows
 from memzoo.running.checkpoints import load_trained
 from memzoo.running.distance import distance_batch
 from memzoo.running.generate import StreamingDecoder
@@ -40,23 +38,18 @@ SHUT = 1e-6  # a β below this writes nothing a float32 state can hold next to t
 
 @contextmanager
 def recorded_writes() -> Iterator[list[tuple[Tensor, Tensor, Tensor, Tensor]]]:
-    """Every ARMT write while inside, in call order: (β [B, m], |k| [B, m], |v| [B, m], delta gain [B];
-    the gain is NaN on a row whose memory was empty)."""
+    """Every ARMT write while inside, in call order (the plugin's "armt.write" probe): (β [B, m],
+    |k| [B, m], |v| [B, m], delta gain [B]; the gain is NaN on a row whose memory was empty)."""
     calls: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
-    original = armt.associative_write
 
-    def recording(A, z, k, v, beta, empty, eps, floor=0.0):  # the plugin's signature
-        kd, bd = k.detach().double(), beta.detach().double()  # [B, m, d_key], [B, m, 1]
-        gain = delta_gain(kd, z.detach().double(), bd, eps, floor)
-        gain[empty.cpu()] = float("nan")
-        calls.append((bd[..., 0], kd.norm(dim=-1), v.detach().double().norm(dim=-1), gain))
-        return original(A, z, k, v, beta, empty, eps, floor)
+    def listen(name: str, w: dict[str, Any]) -> None:
+        kd, bd = w["k"].detach().double(), w["beta"].detach().double()  # [B, m, d_key], [B, m, 1]
+        gain = delta_gain(kd, w["z"].detach().double(), bd, w["eps"], w["floor"])
+        gain[w["empty"].cpu()] = float("nan")
+        calls.append((bd[..., 0], kd.norm(dim=-1), w["v"].detach().double().norm(dim=-1), gain))
 
-    armt.associative_write = recording
-    try:
+    with recording(listen, {"armt.write"}):
         yield calls
-    finally:
-        armt.associative_write = original
 
 
 def delta_gain(k: Tensor, z: Tensor, beta: Tensor, eps: float, floor: float) -> Tensor:
@@ -115,30 +108,3 @@ def write_gate_rows(run_dir: str, segments: int, trials: int, seed: int = 0) -> 
                          "layer": layer, "phase": phase, "segments": len(span),
                          **gate_stats([per_segment[s][layer] for s in span])})
     return rows
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", help="trained ARMT run folders of the distance suite (its last stage)")
-    ap.add_argument("--segments", type=int, default=40, help="segments streamed: the pairs' and the filler after them")
-    ap.add_argument("--trials", type=int, default=32)
-    ap.add_argument("--out", default="results/bench")
-    args = ap.parse_args()
-    if args.segments < 2:
-        ap.error(f"--segments {args.segments}; expected >= 2 (the pairs' segment and some filler)")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "armt_write_gate.csv"
-    for run in args.runs:
-        rows = write_gate_rows(run, args.segments, args.trials)
-        print(f"{run} (write_norm {rows[0]['write_norm']}, seed {rows[0]['seed']})")
-        for r in rows:
-            print(f"  layer {r['layer']} {r['phase']:6s} ({r['segments']:3d} segments): beta median {r['beta_median']:.2e}, "
-                  f"shut {r['beta_shut_share']:.2f}, |k| {r['k_norm_median']:.2e}, |v| {r['v_norm_median']:.2e}, "
-                  f"non-finite {r['nonfinite_share']:.2f}, delta gain {r['gain_median']:.2f} (> 2: {r['gain_over_2_share']:.2f})")
-        append_rows(path, rows)
-    print(f"appended to {path}")
-
-
-if __name__ == "__main__":
-    main()

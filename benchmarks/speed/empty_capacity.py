@@ -1,7 +1,7 @@
 """Does empty memory capacity cost time? Training-step time of a big and a small capacity side by side,
 while fewer slots are filled than the small one holds, so both give the same outputs.
 
-    python benchmarks/empty_capacity.py [--steps 5] [--threads 1] [--d-model 64] [--out results/bench] [--tag after]
+    python benchmarks/speed/empty_capacity.py [--steps 5] [--threads 1] [--d-model 64] [--out results/bench] [--tag after]
 
 Pairs (the rest of configs/small.yaml with d_model 64, as in issue 11):
 * memorizing: store_size 65,536 (the default) against 1,024, every other option at its default;

@@ -3,8 +3,8 @@ at 32K and 1M bytes (and any other lengths), each length in a fresh process. The
 bounded memories (Infini, RMT, the ∞-former, ...) the peak at 1M is within 10% of the peak at 32K,
 and the time per token does not grow with length.
 
-    python benchmarks/streaming.py                                  # untrained models, every method
-    python benchmarks/streaming.py --results results/longrange      # summarise a longrange suite
+    python benchmarks/speed/streaming.py                                  # untrained models, every method
+    python benchmarks/speed/streaming.py --results results/longrange      # summarise a longrange suite
 
 Without --results it builds each method at its preset with untrained weights (cost does not
 depend on the weights), streams one passkey prompt per length through `memzoo.running.longrange`, and

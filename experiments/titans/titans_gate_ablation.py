@@ -11,7 +11,7 @@ only how attention's output y and the memory's read m combine:
 If the constant gate costs as much as MAG, the output path is the cost; if the additive variant
 closes the gap to `local`, the memory's content is not what hurts. Run them beside MAG:
 
-    memzoo compare quick "imports=[benchmarks/titans_gate_ablation.py]" \
+    memzoo compare quick "imports=[experiments/titans/titans_gate_ablation.py]" \
         "methods=[titans-mag-constant-gate,titans-mag-additive]" "seeds=[0,1,2]"
 """
 from __future__ import annotations
