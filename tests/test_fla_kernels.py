@@ -31,12 +31,13 @@ def _pieces(batch: int, length: int, cu_seqlens):
 def _loop(q, k, v, g, beta, scale, initial_state, output_final_state, state_v_first, cu_seqlens):
     """S_t = α_t S_{t-1} + k_t β_t (v_t − α_t S_{t-1}ᵀ k_t)ᵀ in fla's [K, V] layout, o_t = scale · S_tᵀ q_t."""
     batch, length, h, dk = q.shape
-    dv = v.shape[-1]
+    dv, out_dtype = v.shape[-1], v.dtype
+    q, k, v, g, beta = (t.double() for t in (q, k, v, g, beta))  # fla computes in float32 inside; this, in float64
     scale = dk ** -0.5 if scale is None else scale
     outs = torch.zeros(batch, length, h, dv, dtype=q.dtype)
     finals = []
     for i, (b, start, end) in enumerate(_pieces(batch, length, cu_seqlens)):
-        state = torch.zeros(h, dk, dv, dtype=q.dtype) if initial_state is None else initial_state[i]
+        state = torch.zeros(h, dk, dv, dtype=q.dtype) if initial_state is None else initial_state[i].double()
         state = state.transpose(-1, -2) if state_v_first else state  # [H, K, V]
         for t in range(start, end):
             state = torch.exp(g[b, t])[:, None, None] * state
@@ -44,7 +45,8 @@ def _loop(q, k, v, g, beta, scale, initial_state, output_final_state, state_v_fi
             state = state + einsum(k[b, t], error, "h k, h v -> h k v")
             outs[b, t] = scale * einsum(state, q[b, t], "h k v, h k -> h v")
         finals.append(state.transpose(-1, -2) if state_v_first else state)
-    return outs, torch.stack(finals) if output_final_state else None
+    state_dtype = torch.float32 if initial_state is None else initial_state.dtype
+    return outs.to(out_dtype), torch.stack(finals).to(state_dtype) if output_final_state else None
 
 
 def standin_gated(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
