@@ -163,6 +163,10 @@ def build_pair(gated: bool, **options):
 def test_plugin_fla_path_matches_torch_path_with_every_gradient(fla, gated: bool, no_reset: bool) -> None:
     """The whole layer, kernel='fla' (stand-in, float64) against kernel='torch': output, new state, and
     the gradients of its inputs, the carried state and every parameter (A_log, dt_bias, W_a, W_b too)."""
+    calls = []
+    counted = lambda kernel: lambda *a, **kw: calls.append(kw.get("cu_seqlens")) or kernel(*a, **kw)  # noqa: E731
+    fla.setattr(fla_kernels, "load_fla", lambda: FlaKernels(counted(standin_gated), counted(standin_delta), "3.7.1",
+                                                            STANDIN.gated_dtypes, STANDIN.delta_dtypes))
     mem_fla, mem_torch = build_pair(gated)
     h, q, k, v, reset = layer_inputs()
     if no_reset:
@@ -183,6 +187,7 @@ def test_plugin_fla_path_matches_torch_path_with_every_gradient(fla, gated: bool
         if a is not None:
             assert (a - b).abs().max() < 1e-9
     assert g_f[4].abs().max() > 1e-3  # the gradient reaches the carried state
+    assert len(calls) == 1 and (calls[0] is None) == no_reset  # one call over all segments; varlen only for a reset
 
 
 def forward_once(gated: bool, dtype=torch.float64, grad: bool = True, **options):
