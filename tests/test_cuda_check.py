@@ -37,3 +37,40 @@ def test_check_passes_a_correct_model_and_fails_a_planted_float32_error(monkeypa
     fp32 = rows[0]
     assert not fp32["ok"] and fp32["logits_rel"] > cc.FP32_TOL
     assert "mlp" in fp32["worst_grad"]  # the worst gradient points at the MLP that was planted
+
+
+def test_fla_checks_pass_the_adapter_fall_back_to_the_forward_and_fail_a_planted_error(monkeypatch) -> None:
+    """cuda_check's fla path on the CPU through the float64 stand-ins: each kernel through the adapter
+    passes with gradients; a backward that raises leaves a forward-only row that says why; a kernel
+    whose final state comes back off by 10% fails."""
+    from memzoo.memories import fla_kernels
+    from test_fla_kernels import FlaKernels, standin_delta, standin_gated
+
+    monkeypatch.setattr(fla_kernels, "load_fla", lambda: FlaKernels(standin_gated, standin_delta, "3.7.1"))
+    rows = cc.check_fla_recurrence(torch.device("cpu"))
+    assert len(rows) == 4 and all(r["ok"] and r["grad_rel"] < 1e-2 for r in rows)
+    assert all(r["grad_rel"] < 1e-6 for r in rows if "float32" in r["case"])
+
+    class NoBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, o):
+            return o.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("Triton >= 3.4.0 and < 3.7.1 on Hopper GPUs produces incorrect results")
+
+    def gated_no_backward(*args, **kwargs):
+        o, st = standin_gated(*args, **kwargs)
+        return NoBackward.apply(o), st
+
+    def delta_off(*args, **kwargs):
+        o, st = standin_delta(*args, **kwargs)
+        return o, st * 1.1
+
+    monkeypatch.setattr(fla_kernels, "load_fla", lambda: FlaKernels(gated_no_backward, delta_off, "3.7.1"))
+    rows = {r["case"]: r for r in cc.check_fla_recurrence(torch.device("cpu"))}
+    gated = rows["fla-recurrence chunk_gated_delta_rule float32 resets-inside"]
+    assert gated["ok"] and gated["grad_rel"] is None and "forward only: RuntimeError: Triton >= 3.4.0" in gated["note"]
+    delta = rows["fla-recurrence chunk_delta_rule bfloat16 resets-inside"]
+    assert not delta["ok"] and delta["state_rel"] > cc.FLA_KERNEL_TOL[torch.bfloat16]

@@ -43,3 +43,14 @@ def test_without_cuda_one_line_and_exit_zero(capsys, tmp_path: Path) -> None:
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "no CUDA" in out
     assert not any(tmp_path.iterdir())
+
+
+def test_kernels_option_times_each_deltanet_path_once_and_leaves_the_others() -> None:
+    configs = gpu.method_configs(["run.data.max_docs=4"])
+    variants = gpu.with_kernels(configs, ["torch", "fla"])
+    assert "gated-deltanet" not in variants and variants["gated-deltanet[fla]"].memory.kernel == "fla"
+    assert variants["deltanet[torch]"].memory.kernel == "torch" and configs["deltanet"].memory.kernel == "auto"
+    assert variants["local"] is configs["local"] and len(variants) == len(configs) + 2
+    assert list(gpu.with_kernels(configs, ["auto"])) == list(configs)
+    with pytest.raises(SystemExit, match="'triton'"):
+        gpu.with_kernels(configs, ["triton"])

@@ -3,6 +3,7 @@ each on CUDA, with tokens/s, model FLOP/s as a fraction of the device's bf16 pea
 and (where xformers is installed) the xformers and sdpa attention backends checked against each other.
 
     python benchmarks/gpu/gpu.py [--steps 5] [--batch-size 16] [--peak-tflops 989] [--max-seconds 300] [--out results/gpu]
+                                 [--kernels auto,torch,fla]
 
 Writes gpu.csv (one row per method) and prints the table. Without CUDA it says so in one line and
 exits 0. Model FLOPs per token = 6 x (weights of every matrix multiply, the tied LM head included)
@@ -10,7 +11,9 @@ exits 0. Model FLOPs per token = 6 x (weights of every matrix multiply, the tied
 memory reads are not counted, so a heavy memory shows as lower utilisation. The bf16 peak is
 --peak-tflops when given, else measured by timing 8192^3 bf16 matrix multiplies. Backends agree when
 max |logits_xformers - logits_sdpa| <= XFORMERS_RTOL x max |logits_sdpa| (same weights, one bf16 forward).
-Exit status 1 when a loss is not finite or the backends disagree.
+Exit status 1 when a loss is not finite or the backends disagree. `--kernels` times the two DeltaNets
+once per kernel path named (their `kernel` option: auto, torch, fla), as rows `deltanet[fla]` etc.;
+a path that cannot run (fla absent, or refused on this GPU and Triton) gets a row saying why.
 """
 from __future__ import annotations
 
@@ -84,6 +87,29 @@ def backends_agree(cfg: Any, batch: Any) -> Optional[float]:
     return float((logits["xformers"] - logits["sdpa"]).abs().max() / logits["sdpa"].abs().max())
 
 
+def with_kernels(configs: dict[str, Any], kernels: list[str]) -> dict[str, Any]:
+    """Each config once, but the methods with a `kernel` option (the DeltaNets) once per kernel path,
+    named `method[kernel]` (a lone 'auto' keeps the plain name)."""
+    import dataclasses
+
+    from memzoo.core.plugins import get_memory
+    from memzoo.memories.fla_kernels import KERNELS
+
+    bad = [k for k in kernels if k not in KERNELS]
+    if bad:
+        raise SystemExit(f"--kernels: {bad} not among {', '.join(KERNELS)}")
+    out: dict[str, Any] = {}
+    for method, cfg in configs.items():
+        if "kernel" not in {f.name for f in dataclasses.fields(get_memory(method).config_cls)}:
+            out[method] = cfg
+            continue
+        for kernel in kernels:
+            variant = cfg.copy()
+            variant.memory.kernel = kernel
+            out[method if kernels == ["auto"] else f"{method}[{kernel}]"] = variant
+    return out
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -152,6 +178,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--methods", default=None, help="comma-separated subset of the registered methods")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="start no further method after this many seconds (the rest get a 'not measured' row)")
+    ap.add_argument("--kernels", default="auto",
+                    help="the DeltaNets' kernel paths to time, comma-separated: auto, torch, fla (one row each)")
     ap.add_argument("--out", default="results/gpu")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -164,6 +192,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     configs = method_configs(overrides)
     if args.methods:
         configs = {k: v for k, v in configs.items() if k in args.methods.split(",")}
+    configs = with_kernels(configs, args.kernels.split(","))
     first = next(iter(configs.values()))
     docs = split_documents(load_documents(first.data), first.data)["train"]
     peak = args.peak_tflops * 1e12 if args.peak_tflops else measured_bf16_peak()
@@ -182,6 +211,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             row = bench_method(method, cfg, docs, args.steps, peak)
         except torch.cuda.OutOfMemoryError as err:
             row = {"method": method, "status": f"out of memory: {str(err).splitlines()[0][:120]}"}
+        except Exception as err:  # a kernel path that cannot run here (fla refused, absent) is a row, not a stop
+            if "[" not in method:
+                raise
+            row = {"method": method, "status": f"failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"}
         torch.cuda.empty_cache()
         rows.append({"device": device, "peak_tflops": peak / 1e12, **row})
         if "tokens_per_s" in row:

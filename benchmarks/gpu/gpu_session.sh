@@ -3,6 +3,7 @@
 #   1. a slice of capacity-gpu (seed 0, one cell of its sweep, four methods at once), in the background;
 #   2. benchmarks/gpu/cuda_check.py: every method's fast path on CUDA against the float64 CPU oracle;
 #   3. benchmarks/speed/gdn_speed.py on CUDA: Gated DeltaNet's chunkwise form against its per-token loop;
+#      benchmarks/gpu/fla_speed.py: fla's kernels against the chunkwise form (where fla imports);
 #   4. benchmarks/gpu/gpu.py, once the GPU is free again: tokens/s, MFU, peak memory and xformers vs sdpa.
 # Usage: OUT=dir bash benchmarks/gpu/gpu_session.sh   (PYTHON=python3 by default; each stage has its own
 # time limit, and everything measured lands in $OUT/results.tgz and $OUT/session.log even when one fails).
@@ -35,6 +36,9 @@ timeout -k 5 120 $PY benchmarks/gpu/cuda_check.py --out "$R"
 log "3. Gated DeltaNet chunkwise vs per-token loop on CUDA (paper-gpu heads: 8 of 64, segment 512, batch 8)"
 timeout -k 5 90 $PY benchmarks/speed/gdn_speed.py --device cuda --segment 512 --heads 8 --head-dim 64 --batch 8 \
   --rounds 5 --out "$R"
+
+log "3b. fla's fused DeltaNet kernels against the PyTorch chunkwise form (where fla imports: pip install memzoo[fla])"
+timeout -k 5 100 $PY benchmarks/gpu/fla_speed.py --rounds 3 --out "$R"
 
 log "waiting for the capacity slice"
 wait $CAP; echo "capacity exit $?"

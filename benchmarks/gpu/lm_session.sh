@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The bits-per-byte comparison on one GPU in one short lease (about 5 minutes on one H100: 226 s for the suite):
 #   1. `memzoo compare lm-gpu`: every run of configs/suites/lm-gpu.yaml as a process sharing the GPU;
-#   2. meanwhile, benchmarks/gpu/fla_probe.py: which fla delta-rule kernels run here, and how fast.
+#   2. meanwhile, benchmarks/gpu/fla_speed.py: fla's delta-rule kernels against the chunkwise form.
 # Usage: OUT=dir bash benchmarks/gpu/lm_session.sh   (PYTHON=python3; wheels for what the GPU image
 # lacks (omegaconf, fla-core) in .whl/, see docs/scaling.md). Rows, reports and logs land in $OUT.
 set -u
@@ -22,8 +22,8 @@ log "1. lm-gpu suite (${LM_JOBS:-15} processes sharing the GPU)"
 timeout -k 10 "${LM_SECONDS:-300}" $PY -m memzoo compare lm-gpu out_dir="$R" --jobs "${LM_JOBS:-15}" ${LM_OVERRIDES:-} > "$R/lm.log" 2>&1 &
 LM=$!
 sleep 20
-log "2. fla probe"
-timeout -k 5 120 $PY benchmarks/gpu/fla_probe.py --out "$R" 2>&1 | tail -30
+log "2. fla kernels against the chunkwise form"
+timeout -k 5 120 $PY benchmarks/gpu/fla_speed.py --rounds 3 --out "$R" 2>&1 | tail -30
 log "waiting for the suite"
 wait $LM; echo "lm-gpu exit $?"
 tail -40 "$R/lm.log"
@@ -31,6 +31,6 @@ $PY -m memzoo compare lm-gpu out_dir="$R" --collect ${LM_OVERRIDES:-} 2>&1 | tai
 nvidia-smi --query-gpu=memory.used --format=csv
 log "done"
 } 2>&1 | tee "$OUT/session.log"
-cp "$R"/lm-gpu/report.md "$R"/lm-gpu/results.parquet "$R"/fla_probe.csv "$OUT"/ 2>/dev/null
+cp "$R"/lm-gpu/report.md "$R"/lm-gpu/results.parquet "$R"/fla_speed.csv "$OUT"/ 2>/dev/null
 tar czf "$OUT/runs.tgz" --exclude='*.pt' --exclude='*.safetensors' --exclude='*.png' "$R" 2>/dev/null
 ls -la "$OUT"

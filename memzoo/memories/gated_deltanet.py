@@ -26,10 +26,12 @@ state S_0 at its start and E the rows e_r = β_r (v_r − α_r S_{r-1} k_r):
     S_C = e^{G_C} S_0 + Eᵀ diag(e^{G_C − G}) K
 
 A per-token loop straight from the recurrence (`delta_rule_loop`) is the reference; `chunkwise=False`
-runs it. State (S and the conv caches) is float32 under bf16/fp16 autocast (float64 stays float64).
+runs it. On CUDA the chunkwise form runs through fla's fused kernels where they run (`kernel`, see
+memzoo/memories/fla_kernels.py). State (S and the conv caches) is float32 under bf16/fp16 autocast (float64 stays float64).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -42,6 +44,7 @@ from memzoo.core.config import ModelConfig
 from memzoo.core.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
 from memzoo.core.plugins import register_memory
 from memzoo.core.probe import probe
+from memzoo.memories import fla_kernels
 
 
 @dataclass
@@ -49,6 +52,7 @@ class GatedDeltaNetConfig:
     gated: bool = True  # False: DeltaNet (α ≡ 1, no W_a, A_log, dt_bias)
     chunk_size: int = 64  # C of the chunkwise form (the segment length when that is shorter)
     chunkwise: bool = True  # False: the per-token loop (the reference; same values)
+    kernel: str = "auto"  # the chunkwise form: fla's fused kernels on CUDA where they run, else PyTorch ("fla", "torch": force)
     conv_size: int = 4  # short depthwise causal conv on q, k, v (0: none); its last conv_size - 1 inputs are state
     gate_rank: int = 16  # rank of the output gate's W_g = W_up W_down (d_model -> r -> H·D)
     norm_eps: float = 1e-5  # RMSNorm of the readout, per head
@@ -178,6 +182,9 @@ class GatedDeltaNet(LayerMemory):
         super().__init__(cfg, model, layer_index)
         if cfg.chunk_size < 1 or cfg.conv_size < 0 or cfg.gate_rank < 1:
             raise ValueError(f"gated-deltanet: chunk_size >= 1, conv_size >= 0, gate_rank >= 1 required; got {cfg}")
+        if cfg.kernel not in fla_kernels.KERNELS or (cfg.kernel == "fla" and not cfg.chunkwise):
+            raise ValueError(f"gated-deltanet: kernel must be one of {fla_kernels.KERNELS} (and 'fla' needs "
+                             f"chunkwise=true); got kernel={cfg.kernel!r}, chunkwise={cfg.chunkwise}")
         h, d, d_model = model.n_heads, model.d_head, model.d_model
         self.n_heads, self.d_head = h, d
         self.w_beta = nn.Linear(d_model, h, bias=False)  # W_b: β_t = sigmoid(W_b x_t)
@@ -233,7 +240,9 @@ class GatedDeltaNet(LayerMemory):
             g, beta = self.gates(hidden)  # [B, S, H, N]
             s0 = state["S"].to(dtype)
             if self.cfg.chunkwise:
-                o, new_state["S"] = delta_rule_chunkwise(q, k, v, g, beta, s0, x.reset, self.cfg.chunk_size)
+                torch_form = functools.partial(delta_rule_chunkwise, chunk_size=self.cfg.chunk_size)
+                o, new_state["S"] = fla_kernels.chunkwise(self.cfg.kernel, self.cfg.gated, torch_form,
+                                                          q, k, v, g, beta, s0, x.reset)
             else:
                 o, new_state["S"] = delta_rule_loop(q, k, v, g, beta, s0, x.reset)
             # the recurrence's inputs and the state it leaves, for a measure that takes the state apart
