@@ -82,6 +82,11 @@ class TrainConfig:
     batch_size: int = 8
     window_segments: int = 8  # S: segments per training window (input length = S * N)
     bptt_segments: int = 4  # k: gradient flows through the state across at most k segments (task runs: the last k)
+    # task lm: False = every window starts at a random segment with a fresh state; True = windows follow
+    # documents from their first byte and each row's state carries (gradient stopped) from one step to the
+    # next, reset where a document starts, so memories train on states as old as evaluation reads
+    carry_state: bool = False
+    max_doc_segments: Optional[int] = None  # carry_state: segments read of each document (None: all of it)
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 30
