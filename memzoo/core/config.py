@@ -130,7 +130,7 @@ class TaskConfig:
     starting from another run's weights (fine-tuning)."""
 
     name: str = "lm"  # lm | passkey | recall | babilong
-    init_from: Optional[str] = None  # a run folder whose trained weights to start from
+    init_from: Optional[str] = None  # a run folder whose trained weights to start from, or backbone:NAME (shipped)
     # True: take only the backbone's weights from init_from (e.g. one pretrained `local` transformer
     # shared by every method) and leave this memory's own parameters at their initialisation: a
     # memory added to a pretrained transformer, as the Infini-attention and RMT papers do

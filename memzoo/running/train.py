@@ -24,6 +24,7 @@ from memzoo.data.corpus import Batch, StreamSampler, WindowSampler, load_documen
 from memzoo.data.tasks import TaskSampler
 from memzoo.running import distributed as dist
 from memzoo.running.capacity import write_capacity_result
+from memzoo.running.backbones import is_shipped, load_shipped_backbone
 from memzoo.running.checkpoints import carried_state, load_backbone, load_checkpoint, load_run_weights, save_checkpoint
 from memzoo.running.configure import build_model, run_device, saved_run_config
 from memzoo.running.evaluate import evaluate_run, gate_values, precision_columns, write_result
@@ -116,6 +117,11 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         step = int(ckpt["step"])
         carried = carried_state(ckpt, device) if tc.carry_state else None
 
+    elif is_shipped(cfg.task.init_from):  # a backbone shipped inside the package: no memory weights to take
+        if not cfg.task.init_backbone_only:
+            raise ConfigError(f"task.init_from={cfg.task.init_from!r} is a shipped backbone (no memory weights): "
+                              "set task.init_backbone_only=true")
+        load_backbone(model, load_shipped_backbone(cfg.task.init_from, cfg.model, device), cfg.task.init_from)
     elif cfg.task.init_from and cfg.task.init_backbone_only:
         load_backbone(model, load_run_weights(cfg.task.init_from, device), cfg.task.init_from)
     elif cfg.task.init_from:
