@@ -16,6 +16,7 @@ from memzoo.analysis.recipes import (
     footprint_vs_bpb,
     footprint_vs_gain,
     gain_by_segment,
+    headroom_recovered,
     memory_gain,
     pairing_gain,
     segment_differences,
@@ -35,14 +36,14 @@ from memzoo.analysis.longrange import (accuracy_by_key_segment, answer_loss_curv
 from memzoo.analysis.distance import (distance_curves, distance_reach, distance_summary, distance_table,
                                       distance_versus, is_distance_table)
 from memzoo.analysis.babilong import babilong_curves, babilong_summary, babilong_table, is_babilong_table
-from memzoo.analysis.stats import (bootstrap_versus, compare_groups, mean_interval, paired_bootstrap, paired_t, welch_p,
-                                   wilson_interval)
+from memzoo.analysis.stats import (bootstrap_versus, compare_groups, mean_interval, paired_bootstrap, paired_t,
+                                   ratio_interval, welch_p, wilson_interval)
 
 __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb", "bpb_by_segment",
            "cost_per_method", "gate_table", "gate_heatmaps", "longrange_table", "passkey_heatmaps", "cost_vs_length",
            "length_cost_table", "capacity_table", "capacity_thresholds", "capacity_curves", "best_lr", "pareto_front",
            "is_capacity_table", "compare_groups", "mean_interval", "welch_p", "wilson_interval", "passkey_by_length",
-           "passkey_length_curves", "footprint_vs_gain", "gain_by_segment", "memory_gain", "pairing_gain", "segment_differences",
+           "passkey_length_curves", "footprint_vs_gain", "gain_by_segment", "memory_gain", "headroom_recovered", "ratio_interval", "pairing_gain", "segment_differences",
            "paired_t", "paired_bootstrap", "bootstrap_versus", "accuracy_by_key_segment", "answer_loss_table", "answer_loss_curves",
            "lm_before_after", "gate_summary", "recall_generalisation", "variant_labels", "is_distance_table",
            "distance_table", "distance_summary", "distance_reach", "distance_versus", "distance_curves",

@@ -8,7 +8,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis.stats import REFERENCE, bootstrap_versus, compare_groups, paired_differences, paired_t, per_seed, t_errorbar
+from memzoo.analysis.stats import (REFERENCE, bootstrap_versus, compare_groups, paired_differences, paired_t, per_seed,
+                                   ratio_interval, t_errorbar)
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -139,6 +140,39 @@ def memory_gain(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
         rows.append(row)
     out = pd.DataFrame(rows)
     return out.sort_values("diff_after_vs_local", na_position="first").reset_index(drop=True) if not out.empty else out
+
+
+CEILING = "full"  # attention over the whole (trained) context: headroom recovered is 1 there
+
+
+def headroom_recovered(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
+    """Per method: the share of the gap between `local` (0) and `full` (1) that it closes on segments >=
+    `first_segment`, (local - method) / (local - full) from per-seed differences paired by seed, with
+    Fieller's 95% interval (`headroom_status`: bounded, unbounded, undefined where full equals local, or
+    one seed), beside the method's segment-0 difference from local: a gain already there before any
+    memory was read is the within-segment mixer's, not the memory's."""
+    columns = ["method", "runs", "headroom", "headroom_lo", "headroom_hi", "headroom_status", "diff_seg0_vs_local",
+               "ci_seg0_vs_local"]
+    if "bpb_by_segment" not in df.columns or not {REFERENCE, CEILING} <= set(df["method"]):
+        return pd.DataFrame(columns=columns)
+    data = df[df["bpb_by_segment"].map(lambda v: isinstance(v, (list, tuple, np.ndarray)) and len(v) > first_segment)]
+    data = data.assign(bpb_after=[b / max(t, 1e-12) for b, t in (_bits_after(r, first_segment) for _, r in data.iterrows())],
+                       bpb_first=[float(np.asarray(v, dtype=float)[0]) for v in data["bpb_by_segment"]])
+    local, full = (data[data["method"] == m] for m in (REFERENCE, CEILING))
+    floor = per_seed(local["bpb_after"], local["seed"])
+    gap = floor - per_seed(full["bpb_after"], full["seed"])  # local - full per seed
+    rows = []
+    for method, sub in data.groupby("method", sort=False):
+        gain = floor - per_seed(sub["bpb_after"], sub["seed"])  # local - method per seed
+        seeds = gain.dropna().index.intersection(gap.dropna().index)
+        est = ratio_interval(gain[seeds].to_numpy(), gap[seeds].to_numpy())
+        first = paired_differences(per_seed(sub["bpb_first"], sub["seed"]), per_seed(local["bpb_first"], local["seed"]))
+        seg0, seg0_ci, _ = paired_t(first) if method != REFERENCE else (0.0, 0.0, float("nan"))
+        rows.append({"method": method, "runs": len(sub), "headroom": est.value, "headroom_lo": est.low,
+                     "headroom_hi": est.high, "headroom_status": est.status, "diff_seg0_vs_local": seg0,
+                     "ci_seg0_vs_local": seg0_ci})
+    out = pd.DataFrame(rows, columns=columns)
+    return out.sort_values("headroom", ascending=False, na_position="last").reset_index(drop=True)
 
 
 def segment_differences(df: pd.DataFrame) -> pd.DataFrame:

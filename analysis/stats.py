@@ -17,7 +17,8 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -269,3 +270,43 @@ def wilson_interval(successes: int, trials: int, level: float = LEVEL) -> tuple[
     lo = 0.0 if successes == 0 else max(0.0, centre - half)
     hi = 1.0 if successes == trials else min(1.0, centre + half)
     return lo, hi
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    """A ratio of two paired means with its Fieller interval. `status`: "bounded" (the interval is
+    [low, high]), "unbounded" (the denominator is not distinguishable from 0 at this level, so no finite
+    interval exists), "undefined" (the denominator's mean is exactly 0) or "one seed" (no interval)."""
+
+    value: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+    status: str
+
+
+def ratio_interval(numerator: Sequence[float], denominator: Sequence[float], level: float = LEVEL) -> RatioEstimate:
+    """mean(a) / mean(b) over paired samples (a_i, b_i), with Fieller's interval: the R for which
+    mean(a) - R mean(b) is within the t interval of 0, i.e. (ā - R b̄)² <= t² (s_aa - 2R s_ab + R² s_bb) / n.
+    Fieller, not the delta method: it stays exact when b̄ is small, where a ratio's interval is not symmetric."""
+    from scipy import stats
+
+    a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"ratio_interval needs paired samples; got {a.size} numerators and {b.size} denominators")
+    mean_a, mean_b = float(a.mean()), float(b.mean())
+    if mean_b == 0.0:
+        return RatioEstimate(None, None, None, "undefined")
+    value = mean_a / mean_b + 0.0  # + 0.0: no -0.0 where nothing is gained
+    n = a.size
+    if n < 2:
+        return RatioEstimate(value, None, None, "one seed")
+    t2 = float(stats.t.ppf(0.5 + level / 2, n - 1)) ** 2
+    cov = np.cov(np.stack([a, b]), ddof=1)  # [[s_aa, s_ab], [s_ab, s_bb]]
+    qa = mean_b**2 - t2 * cov[1, 1] / n  # R² coefficient
+    qb = mean_a * mean_b - t2 * cov[0, 1] / n  # half the R coefficient (sign folded in)
+    qc = mean_a**2 - t2 * cov[0, 0] / n
+    disc = qb * qb - qa * qc
+    if qa <= 0 or disc < 0:
+        return RatioEstimate(value, None, None, "unbounded")
+    root = math.sqrt(disc)
+    return RatioEstimate(value, float((qb - root) / qa), float((qb + root) / qa), "bounded")

@@ -82,6 +82,11 @@ class TrainConfig:
     batch_size: int = 8
     window_segments: int = 8  # S: segments per training window (input length = S * N)
     bptt_segments: int = 4  # k: gradient flows through the state across at most k segments (task runs: the last k)
+    # task lm: False = every window starts at a random segment with a fresh state; True = windows follow
+    # documents from their first byte and each row's state carries (gradient stopped) from one step to the
+    # next, reset where a document starts, so memories train on states as old as evaluation reads
+    carry_state: bool = False
+    max_doc_segments: Optional[int] = None  # carry_state: segments read of each document (None: all of it)
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 30
@@ -125,7 +130,7 @@ class TaskConfig:
     starting from another run's weights (fine-tuning)."""
 
     name: str = "lm"  # lm | passkey | recall | babilong
-    init_from: Optional[str] = None  # a run folder whose trained weights to start from
+    init_from: Optional[str] = None  # a run folder whose trained weights to start from, or backbone:NAME (shipped)
     # True: take only the backbone's weights from init_from (e.g. one pretrained `local` transformer
     # shared by every method) and leave this memory's own parameters at their initialisation: a
     # memory added to a pretrained transformer, as the Infini-attention and RMT papers do

@@ -194,6 +194,58 @@ class WindowSampler:
         return Batch(**out)
 
 
+class StreamSampler:
+    """Training windows that follow documents from their first byte, so a carried state is as old in
+    training as in evaluation (truncated BPTT over a stream, as Transformer-XL and RMT train).
+
+    Row b reads its own endless sequence of documents, each drawn at random (in proportion to its
+    segments, from a generator seeded by (seed, b, k) for the row's k-th document) and read from its
+    first segment, at most `max_doc_segments` segments of it (None: all). Step t's window is segments
+    t*S .. t*S + S - 1 of that sequence, so consecutive steps are consecutive windows of the same
+    documents; a document's first segment carries the reset flag. Deterministic in (seed, step): a
+    resumed run reads exactly the windows it would have read (the carried state is the checkpoint's).
+    """
+
+    def __init__(self, docs: list[Document], segment_len: int, seed: int, max_doc_segments: Optional[int] = None):
+        if max_doc_segments is not None and max_doc_segments < 1:
+            raise ConfigError(f"train.max_doc_segments={max_doc_segments}; expected a positive number of segments or null")
+        self.n, self.seed, self.cap = segment_len, seed, max_doc_segments
+        self.docs = [torch.frombuffer(bytearray(d.data), dtype=torch.uint8).long() for d in docs]
+        self.nseg = torch.tensor([num_segments(len(d.data), segment_len) for d in docs], dtype=torch.float64)
+        if float(self.nseg.sum()) == 0:
+            raise ConfigError(f"no training document is longer than one byte at segment_len={segment_len}")
+        self._cursor: dict[int, tuple[int, int, int, int]] = {}  # row -> (k, doc, first segment of doc k, its length)
+
+    def _document(self, row: int, k: int) -> tuple[int, int]:
+        """The row's k-th document and the segments read of it."""
+        gen = torch.Generator().manual_seed((self.seed * 1_000_003 + row) * 1_000_033 + k)
+        doc = int(torch.multinomial(self.nseg, 1, generator=gen))
+        length = int(self.nseg[doc])
+        return doc, length if self.cap is None else min(length, self.cap)
+
+    def _locate(self, row: int, position: int) -> tuple[int, int]:
+        """(document, segment within it) at the row's `position`-th segment, walking forward from a cache."""
+        if row not in self._cursor or position < self._cursor[row][2]:  # first call, or an earlier step asked for
+            doc, length = self._document(row, 0)
+            self._cursor[row] = (0, doc, 0, length)
+        k, doc, first, length = self._cursor[row]
+        while position >= first + length:
+            k, first = k + 1, first + length
+            doc, length = self._document(row, k)
+        self._cursor[row] = (k, doc, first, length)
+        return doc, position - first
+
+    def sample(self, step: int, batch_size: int, window_segments: int) -> Batch:
+        out = _empty(batch_size, window_segments, self.n)
+        for b in range(batch_size):
+            for s in range(window_segments):
+                doc, j = self._locate(b, step * window_segments + s)
+                _fill_segment(out, b, s, self.docs[doc], j, self.n)
+                out["seg_index"][b, s] = j
+                out["reset"][b, s] = j == 0
+        return Batch(**out)
+
+
 def stream_documents(docs: list[Document], batch_size: int, segment_len: int,
                      max_segments_per_doc: Optional[int] = None) -> Iterator[Batch]:
     """Whole documents from their first byte, one segment per step ([B, 1, N]), packed into rows.

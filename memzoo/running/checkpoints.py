@@ -1,4 +1,4 @@
-"""Run folders on disk: the checkpoint (model, optimiser, step, RNG; loadable with weights_only=True),
+"""Run folders on disk: the checkpoint (model, optimiser, step, RNG, a carried memory state; loadable with weights_only=True),
 written atomically, and a run's config and trained model read back (evaluation, streaming, fine-tuning)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from omegaconf import DictConfig
 
 from memzoo.core.config import ConfigError
-from memzoo.core.model import MemoryModel, is_memory_name
+from memzoo.core.model import MemoryModel, ModelState, is_memory_name
 from memzoo.running.configure import build_model, load_run_config, pick_device
 
 
@@ -21,13 +21,23 @@ def _atomic_save(obj: Any, path: Path) -> None:
 
 
 def save_checkpoint(run_dir: Path, model: MemoryModel, optimizer: torch.optim.Optimizer, step: int,
-                    rng: Optional[torch.Tensor] = None) -> None:
-    """Atomically write the state after `step` completed steps (rng: the RNG state to resume with)."""
-    _atomic_save(
-        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-         "rng": torch.get_rng_state() if rng is None else rng},
-        run_dir / "checkpoint.pt",
-    )
+                    rng: Optional[torch.Tensor] = None, carried: Optional[ModelState] = None) -> None:
+    """Atomically write the state after `step` completed steps (rng: the RNG state to resume with;
+    carried: the memory state train.carry_state carries into the next step)."""
+    ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+            "rng": torch.get_rng_state() if rng is None else rng}
+    if carried is not None:
+        ckpt["carried"] = {"layers": carried.layers, "model": carried.model}
+    _atomic_save(ckpt, run_dir / "checkpoint.pt")
+
+
+def carried_state(ckpt: dict[str, Any], device: str | torch.device) -> Optional[ModelState]:
+    """The carried memory state a checkpoint holds (None: the run does not carry state)."""
+    saved = ckpt.get("carried")
+    if saved is None:
+        return None
+    move = lambda s: {k: v.to(device) for k, v in s.items()}  # noqa: E731
+    return ModelState([move(s) for s in saved["layers"]], move(saved["model"]))
 
 
 class CheckpointError(ValueError):

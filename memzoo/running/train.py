@@ -20,11 +20,12 @@ from tqdm.auto import tqdm
 from memzoo.core.config import ConfigError, TrainConfig, to_yaml
 from memzoo.core.losses import LN2
 from memzoo.core.model import MemoryModel
-from memzoo.data.corpus import Batch, WindowSampler, load_documents, split_documents
+from memzoo.data.corpus import Batch, StreamSampler, WindowSampler, load_documents, split_documents
 from memzoo.data.tasks import TaskSampler
 from memzoo.running import distributed as dist
 from memzoo.running.capacity import write_capacity_result
-from memzoo.running.checkpoints import load_backbone, load_checkpoint, load_run_weights, save_checkpoint
+from memzoo.running.backbones import is_shipped, load_shipped_backbone
+from memzoo.running.checkpoints import carried_state, load_backbone, load_checkpoint, load_run_weights, save_checkpoint
 from memzoo.running.configure import build_model, run_device, saved_run_config
 from memzoo.running.evaluate import evaluate_run, gate_values, precision_columns, write_result
 from memzoo.running.mixing import corpus_batches, mixed_window
@@ -49,9 +50,16 @@ def build_optimizer(model: MemoryModel, tc: TrainConfig | DictConfig) -> torch.o
 def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
     """step -> training batch: corpus windows (task lm) or a synthetic task's examples."""
     tc = cfg.train
+    if tc.max_doc_segments is not None and not tc.carry_state:
+        raise ConfigError(f"train.max_doc_segments={tc.max_doc_segments} applies to train.carry_state=true only "
+                          "(windows that follow documents); set carry_state=true or leave it null")
+    if tc.carry_state and cfg.task.name != "lm":
+        raise ConfigError(f"train.carry_state=true follows corpus documents across steps; task.name={cfg.task.name!r} "
+                          "draws independent examples (use task.name=lm, or carry_state=false)")
     if cfg.task.name == "lm":
         docs = split_documents(load_documents(cfg.data), cfg.data)
-        sampler = WindowSampler(docs["train"], cfg.model.segment_len, cfg.seed)
+        sampler = (StreamSampler(docs["train"], cfg.model.segment_len, cfg.seed, tc.max_doc_segments) if tc.carry_state
+                   else WindowSampler(docs["train"], cfg.model.segment_len, cfg.seed))
         return lambda step: sampler.sample(step, tc.batch_size, tc.window_segments)
     task_sampler = TaskSampler(cfg.task, cfg.model.segment_len, cfg.seed)
     return lambda step: task_sampler.sample(step, tc.batch_size)
@@ -101,12 +109,19 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     net = dist.wrap(model, rank, device)  # the model itself in a plain run
     optimizer = build_optimizer(model, tc)
     step = 0
+    carried = None  # train.carry_state: each row's memory state after the last completed step
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         torch.set_rng_state(ckpt["rng"])
         step = int(ckpt["step"])
+        carried = carried_state(ckpt, device) if tc.carry_state else None
 
+    elif is_shipped(cfg.task.init_from):  # a backbone shipped inside the package: no memory weights to take
+        if not cfg.task.init_backbone_only:
+            raise ConfigError(f"task.init_from={cfg.task.init_from!r} is a shipped backbone (no memory weights): "
+                              "set task.init_backbone_only=true")
+        load_backbone(model, load_shipped_backbone(cfg.task.init_from, cfg.model, device), cfg.task.init_from)
     elif cfg.task.init_from and cfg.task.init_backbone_only:
         load_backbone(model, load_run_weights(cfg.task.init_from, device), cfg.task.init_from)
     elif cfg.task.init_from:
@@ -138,7 +153,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             lm_bpb = None
             if corpus is None:
                 res = train_window(net, batch, tc.bptt_segments, tc.aux_loss_weight, tc.precision,
-                                   state=model.initial_state(batch.tokens.shape[0], device),
+                                   state=carried if carried is not None else model.initial_state(batch.tokens.shape[0], device),
                                    align_end=cfg.task.name != "lm", denominator=dist.loss_denominator(batch, rank, device),
                                    block_context=dist.block_sync(net))
             else:
@@ -158,6 +173,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             in_update = True
             optimizer.step()
             step += 1
+            if tc.carry_state:  # the next window continues these rows' documents (state detached: train_window)
+                carried = res.state
             in_update, rng_at_step_start = False, None
             optimizer.zero_grad(set_to_none=True)
             tokens_since += batch.tokens.numel() * rank.world  # every input position is computed (answer-only losses too)
@@ -177,7 +194,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
                     tracker.log(step, row if lm_bpb is None else {**row, "lm_bpb": lm_bpb})  # train_bpb: the task's
                     t_last, tokens_since = now, 0
                 if tc.checkpoint_every and step % tc.checkpoint_every == 0:
-                    save_checkpoint(run_dir, model, optimizer, step)
+                    save_checkpoint(run_dir, model, optimizer, step, carried=carried)
                 if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps:
                     ev = evaluate_run(cfg, model, progress=False)
                     tracker.log(step, {"valid_bpb": ev["bpb"]})
@@ -188,14 +205,14 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         # Keep what was done: the weights are those of the last completed step (a step cut off
         # inside optimizer.step() is not saved; the previous checkpoint stands).
         if step > 0 and not in_update and rank.is_main:
-            save_checkpoint(run_dir, model, optimizer, step, rng=rng_at_step_start)
+            save_checkpoint(run_dir, model, optimizer, step, rng=rng_at_step_start, carried=carried)
         tracker.close()
         raise
     finally:
         bar.close()
     try:
         if rank.is_main:
-            save_checkpoint(run_dir, model, optimizer, step)
+            save_checkpoint(run_dir, model, optimizer, step, carried=carried)
             if evaluate_at_end and cfg.task.name == "recall" and cfg.task.gap_segments:
                 row = write_capacity_result(run_dir, cfg, model)  # recall across segments is scored by recall, not bpb
             elif evaluate_at_end:

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from memzoo.core.config import ConfigError
+from memzoo.running.backbones import is_shipped
 from memzoo.running.configure import saved_run_config
 from memzoo.running.curriculum import config_hash
 from memzoo.suites.compare import expand, load_suite
@@ -132,7 +133,8 @@ def training_hours(run_dirs: list[Path]) -> Optional[float]:
             except (FileNotFoundError, KeyError, TypeError, ValueError, ZeroDivisionError):
                 return None
             parent = saved_run_config(stage / "config.yaml").task.init_from
-            stage = Path(str(parent)) if parent else None
+            # a backbone shipped inside the package ends the chain: its cost is stated with it (memzoo/backbones)
+            stage = Path(str(parent)) if parent and not is_shipped(parent) else None
     return round(seconds / 3600, 2)
 
 

@@ -17,8 +17,8 @@ import pandas as pd
 
 from memzoo.analysis import (bpb_by_segment, capacity_curves, capacity_table, capacity_thresholds, cost_per_method,
                              cost_vs_length, footprint_vs_bpb, footprint_vs_gain, gain_by_segment, gate_heatmaps,
-                             is_capacity_table, length_cost_table, load_results, longrange_table, memory_gain,
-                             passkey_heatmaps, summary_table)
+                             headroom_recovered, is_capacity_table, length_cost_table, load_results, longrange_table,
+                             memory_gain, passkey_heatmaps, summary_table)
 from memzoo.analysis.babilong import babilong_curves, babilong_summary, is_babilong_table
 from memzoo.analysis.distance import (distance_curves, distance_reach, distance_summary, distance_versus,
                                       is_distance_table)
@@ -235,6 +235,26 @@ def gain_display(df: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"bpb_after": "bpb, segments >= 1"})
 
 
+def headroom_display(df: pd.DataFrame) -> pd.DataFrame:
+    """Headroom recovered per method as printed: the ratio with its Fieller interval (or why there is
+    none), beside the segment-0 difference from local."""
+    table = headroom_recovered(df)
+    if table.empty:
+        return table
+    def interval(r) -> str:
+        if r.headroom_status == "bounded":
+            return f"[{r.headroom_lo:+.2f}, {r.headroom_hi:+.2f}]"
+        return {"unbounded": "unbounded (full - local not significant)", "undefined": "undefined (full = local)",
+                "one seed": "none (one seed)"}[r.headroom_status]
+    return pd.DataFrame({
+        "method": table["method"], "runs": table["runs"],
+        "headroom recovered": ["undefined" if v is None or pd.isna(v) else f"{v:+.2f}" for v in table["headroom"]],
+        "95% interval": [interval(r) for r in table.itertuples()],
+        "vs local, segment 0": [f"{d:+.3f} ± {c:.3f}" if pd.notna(c) else f"{d:+.3f}"
+                                for d, c in zip(table["diff_seg0_vs_local"], table["ci_seg0_vs_local"])],
+    })
+
+
 def capacity_display(df: pd.DataFrame) -> pd.DataFrame:
     """The capacity cells as printed: accuracy and the reset ablation as mean ± 95% t interval."""
     return display(capacity_table(df), {"accuracy": ("accuracy", "accuracy_ci"), "reset": ("reset", "reset_ci")},
@@ -325,6 +345,13 @@ def write_report(results_dir: str | Path, figures: bool = True) -> tuple[Path, P
         sections.insert(0, ("Summary (differences paired by seed)", summary_display(df)))
         if not gain.empty:
             sections.insert(1, ("What memory buys after the first segment (paired differences from local)", gain))
+        headroom = headroom_display(df)
+        if not headroom.empty:
+            notes.append("headroom recovered: (local - method) / (local - full) in bits per byte on segments >= 1, "
+                         "from per-seed differences paired by seed; local = 0, full = 1; 95% Fieller interval "
+                         "(unbounded where full - local is not distinguishable from 0, undefined where they are "
+                         "equal); \"vs local, segment 0\": the difference before any memory is read (a mixer's gain).")
+            sections.insert(2, ("Headroom recovered between local (0) and full (1), segments >= 1", headroom))
         sections.insert(len(sections), ("Summary, unpaired (Welch), for comparison", summary_display(df, paired=False)))
     if params:
         notes.append(f"Parameter counts span {min(params['counts'].values()):,} to {max(params['counts'].values()):,} "
