@@ -42,3 +42,20 @@ def test_check_passes_a_correct_model_and_fails_a_planted_float32_error(monkeypa
     fp32 = rows[0]
     assert not fp32["ok"] and fp32["logits_rel"] > cc.FP32_TOL
     assert "mlp" in fp32["worst_grad"]  # the worst gradient points at the MLP that was planted
+
+
+def test_cudnn_sdpa_check_passes_right_gradients_and_flags_a_wrong_layout(monkeypatch, capsys) -> None:
+    """benchmarks/cudnn_sdpa_check.py on the CPU: every layout agrees with float32 math; a gradient that is
+    wrong for one layout only (as cuDNN's was on an H100) makes it exit 1 naming that layout."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "cudnn_sdpa_check.py"
+    spec_s = importlib.util.spec_from_file_location("cudnn_sdpa_check", path)
+    sc = importlib.util.module_from_spec(spec_s)
+    spec_s.loader.exec_module(sc)
+    assert sc.main(["--device", "cpu", "--shapes", "cuda_check"]) == 0
+    assert capsys.readouterr().out.count(" ok\n") == 6
+
+    real = sc.layouts
+    monkeypatch.setattr(sc, "layouts", lambda g: {**real(g), "strided": real(g * 1.2)["strided"]})
+    assert sc.main(["--device", "cpu", "--shapes", "cuda_check"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("WRONG") == 2 and all("strided" in line for line in out.splitlines() if "WRONG" in line)
