@@ -29,10 +29,11 @@ def cudnn_sdpa_off() -> Iterator[None]:
 def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     """Softmax attention, causal when `mask` (bool, True = may attend) is None, never on cuDNN's backend.
 
-    cuDNN's backward (torch 2.11, cuDNN 9.19, H100) returned gradients off by ~100% when two calls of one
-    shape got output gradients of different layouts (Memorizing: its kNN layer's gate hands back a dense
-    gradient, an XL layer a strided one), nondeterministically, and then failed cuBLAS calls; flash,
-    memory-efficient and math were right on the same inputs. Off, Memorizing's bf16 gradients match the CPU's.
+    On an H100 (torch 2.11, cuDNN 9.19) cuDNN's backward gave Memorizing's bf16 gradients 0.1 off (NaN in
+    some runs) and then a failed cuBLAS call: right for the first output-gradient layout of a shape, about
+    100% off for another (its kNN layer's gate hands attention a dense gradient, an XL layer a strided
+    one). Flash, memory-efficient and math were right on the same inputs; benchmarks/cudnn_sdpa_check.py
+    says whether a GPU's cuDNN still does this.
     """
     with cudnn_sdpa_off():
         if mask is None:
