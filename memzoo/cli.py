@@ -60,11 +60,26 @@ def _print_summary(result: dict) -> None:
         print("  bpb by segment index: " + " ".join(f"{x:.3f}" for x in result["bpb_by_segment"]))
 
 
+def _evaluation_device(args: argparse.Namespace) -> str:
+    """Where an evaluation command runs, said in one line on stderr: --device, else the run's train.device
+    (a run trained on CUDA falls back to the CPU on a machine without one; a --device cuda there is an
+    error). A --device choice reaches the worker processes of an isolated evaluation through the environment."""
+    import os
+
+    from memzoo.running.checkpoints import EVAL_DEVICE_ENV, eval_device, run_config
+
+    device, why = eval_device(run_config(args.run_dir), args.device)
+    if args.device:
+        os.environ[EVAL_DEVICE_ENV] = args.device
+    print(f"memzoo {args.command}: evaluating on {device} ({why})", file=sys.stderr)
+    return str(device)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from memzoo.running.checkpoints import load_run
     from memzoo.running.evaluate import evaluate_run, write_result
 
-    cfg, model = load_run(args.run_dir)
+    cfg, model = load_run(args.run_dir, _evaluation_device(args))
     res = evaluate_run(cfg, model, split=args.split)
     row = write_result(Path(args.run_dir), cfg, model, res)
     if args.json:
@@ -221,6 +236,7 @@ def _numbers(kind: type, what: str):
 def cmd_longrange(args: argparse.Namespace) -> int:
     from memzoo.running.longrange import LongRangeConfig, evaluate_longrange
 
+    _evaluation_device(args)
     options = dict(task=args.command, lengths=args.lengths, trials=args.trials, seed=args.seed,
                    segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
                    memory_limit_mb=args.memory_limit_mb, isolate=not args.no_isolate, threads=args.threads)
@@ -245,6 +261,7 @@ def cmd_longrange(args: argparse.Namespace) -> int:
 def cmd_distance(args: argparse.Namespace) -> int:
     from memzoo.running.distance import DistanceConfig, evaluate_distance
 
+    _evaluation_device(args)
     cfg = _evaluation_config(DistanceConfig, gaps=args.gaps, trials=args.trials, seed=args.seed, reset=not args.no_reset,
                              segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
                              memory_limit_mb=args.memory_limit_mb, threads=args.threads)
@@ -292,6 +309,7 @@ def _names(what: str):
 def cmd_babilong(args: argparse.Namespace) -> int:
     from memzoo.running.babilong import BabilongConfig, evaluate_babilong
 
+    _evaluation_device(args)
     cfg = BabilongConfig(data=args.data, tasks=args.tasks, lengths=args.lengths,
                          reset_before_question=args.reset_before_question, max_samples=args.max_samples,
                          segments_per_call=args.segments_per_call, answer_bytes=args.answer_bytes,
@@ -346,6 +364,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     prompt = Path(args.prompt_file).read_bytes() if args.prompt_file else args.prompt.encode()
     if not prompt:
         raise ConfigError("the prompt is empty; give --prompt TEXT or --prompt-file FILE")
+    _evaluation_device(args)
     cfg, model = load_trained(args.run_dir)
     decoder = StreamingDecoder(model, 1, precision=cfg.train.precision)
     decoder.feed(bytes_to_tensor(prompt)[None].to(next(model.parameters()).device))
@@ -367,6 +386,11 @@ def _longrange_parser(sub, name: str, help_text: str, default_lengths: str):
     return s
 
 
+def _device_option(s: argparse.ArgumentParser) -> None:
+    """--device of every evaluation command (memzoo.running.checkpoints.eval_device)."""
+    s.add_argument("--device", default=None, help="where to evaluate: cpu, cuda, cuda:INDEX, auto (default: the run's train.device)")
+
+
 def _stream_options(s: argparse.ArgumentParser, segments_per_call: int, time_limit: str) -> None:
     """The options every streamed evaluation (passkey, recall, distance) shares."""
     s.add_argument("--seed", type=int, default=0, help="the examples' seed (the same examples for every run)")
@@ -376,6 +400,7 @@ def _stream_options(s: argparse.ArgumentParser, segments_per_call: int, time_lim
     s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     s.add_argument("--recompute", action="store_true", help="measure again what the run folder already holds")
     s.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    _device_option(s)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -396,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run_dir")
     s.add_argument("--split", default=None, choices=["train", "valid", "test"])
     s.add_argument("--json", action="store_true")
+    _device_option(s)
     s.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("compare", help="run a comparison suite: memzoo compare [SUITE] [key=value ...]")
@@ -456,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-isolate", action="store_true", help="every (task, length) in this process (peak RSS cumulative)")
     s.add_argument("--recompute", action="store_true", help="measure again what the run folder already holds")
     s.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    _device_option(s)
     _story_options(s)
     s.set_defaults(fn=cmd_babilong)
 
@@ -476,6 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-new-tokens", type=int, default=200)
     s.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     s.add_argument("--seed", type=int, default=0)
+    _device_option(s)
     s.set_defaults(fn=cmd_generate)
 
     s = sub.add_parser("references", help="the shipped reference rows of the built-in methods (quick, capacity-top, distance)")

@@ -234,8 +234,9 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys) -> None:
         (["--data", "generate", "--facts", "3,2"], "story facts=[3, 2]"),
     ]:
         assert main(["babilong", str(run), "--no-isolate", *argv]) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("memzoo: error:") and expected in err, err
+        *where, err = capsys.readouterr().err.splitlines()  # the line saying where it evaluates, then the error
+        assert len(where) == 1 and where[0].startswith("memzoo babilong: evaluating on ")
+        assert err.startswith("memzoo: error:") and expected in err, err
 
 
 def test_the_cli_hands_the_generator_settings_to_the_evaluation(tmp_path: Path, capsys) -> None:

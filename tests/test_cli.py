@@ -96,3 +96,35 @@ def test_a_damaged_checkpoint_is_one_line_and_loses_nothing(capsys, tmp_path) ->
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert "checkpoint.pt cannot be read" in err and "move it aside" in err
     assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()} == before  # nothing lost or rewritten
+
+
+def test_evaluation_runs_where_the_run_trained_unless_device_says(capsys, tmp_path, monkeypatch) -> None:
+    """eval (and every evaluation command, through one helper) runs on the run's train.device, says where
+    on stderr, falls back to the CPU for a run trained on CUDA on a machine without, and --device wins."""
+    import pytest
+    import torch
+
+    from memzoo.running.checkpoints import EVAL_DEVICE_ENV
+
+    if torch.cuda.is_available():
+        pytest.skip("the fallback is checked on a machine without CUDA")
+    monkeypatch.delenv(EVAL_DEVICE_ENV, raising=False)  # restored after: --device sets it for the workers
+    assert run(capsys, "train", "local", *TINY_TRAIN, f"out_dir={tmp_path}", "name=r", "train.device=cpu")[0] == 0
+    run_dir = str(tmp_path / "r")
+    code, out, err = run(capsys, "eval", run_dir, "--json")
+    assert code == 0 and err.splitlines()[0] == "memzoo eval: evaluating on cpu (the run's train.device=cpu)"
+    bpb = json.loads(out)["valid_bpb"]
+
+    config = tmp_path / "r" / "config.yaml"
+    config.write_text(config.read_text().replace("device: cpu", "device: cuda"))
+    code, out, err = run(capsys, "eval", run_dir, "--json")
+    assert code == 0 and json.loads(out)["valid_bpb"] == bpb
+    assert err.splitlines()[0] == "memzoo eval: evaluating on cpu (the run trained on train.device=cuda; no CUDA device here, so the CPU)"
+
+    code, _, err = run(capsys, "eval", run_dir, "--device", "cuda")
+    assert code == 2 and err == "memzoo: error: --device='cuda' but no CUDA device is available; use 'cpu' or 'auto'\n"
+    code, _, err = run(capsys, "generate", run_dir, "--prompt", "ab", "--max-new-tokens", "2", "--device", "cpu")
+    assert code == 0 and err.splitlines()[0] == "memzoo generate: evaluating on cpu (--device cpu)"
+    import os
+
+    assert os.environ[EVAL_DEVICE_ENV] == "cpu"  # what isolated passkey/recall/babilong workers load with

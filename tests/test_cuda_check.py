@@ -74,3 +74,18 @@ def test_fla_checks_pass_the_adapter_fall_back_to_the_forward_and_fail_a_planted
     assert gated["ok"] and gated["grad_rel"] is None and "forward only: RuntimeError: Triton >= 3.4.0" in gated["note"]
     delta = rows["fla-recurrence chunk_delta_rule bfloat16 resets-inside"]
     assert not delta["ok"] and delta["state_rel"] > cc.FLA_KERNEL_TOL[torch.bfloat16]
+
+
+def test_cudnn_sdpa_check_passes_right_gradients_and_flags_a_wrong_layout(monkeypatch, capsys) -> None:
+    """benchmarks/gpu/cudnn_sdpa_check.py on the CPU: every layout agrees with float32 math; a gradient that is
+    wrong for one layout only (as cuDNN's was on an H100) makes it exit 1 naming that layout."""
+    import benchmarks.gpu.cudnn_sdpa_check as sc
+
+    assert sc.main(["--device", "cpu", "--shapes", "cuda_check"]) == 0
+    assert capsys.readouterr().out.count(" ok\n") == 6
+
+    real = sc.layouts
+    monkeypatch.setattr(sc, "layouts", lambda g: {**real(g), "strided": real(g * 1.2)["strided"]})
+    assert sc.main(["--device", "cpu", "--shapes", "cuda_check"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("WRONG") == 2 and all("strided" in line for line in out.splitlines() if "WRONG" in line)

@@ -238,6 +238,32 @@ def test_state_stays_float32_under_bf16_autocast() -> None:
     assert torch.isfinite(out.logits).all()
 
 
+def test_attention_never_runs_on_cudnn_sdpa(monkeypatch) -> None:
+    """cuDNN's sdpa backward gave Memorizing wrong bf16 gradients on an H100 (its two layer kinds hand the
+    attention output gradients of different layouts): every sdpa call of a bf16 training step, causal or
+    masked, runs with that backend off, and the flag is restored after, also when the call raises."""
+    import memzoo.core.attention as attention
+
+    real, seen = F.scaled_dot_product_attention, []
+
+    def spy(q, k, v, attn_mask=None, is_causal=False, **kw):
+        seen.append((attn_mask is not None, torch.backends.cuda.cudnn_sdp_enabled()))
+        return real(q, k, v, attn_mask=attn_mask, is_causal=is_causal, **kw)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", spy)
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    model = tiny_model("memorizing").train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(torch.randint(0, 256, (B, 3, 8)))
+    out.logits.float().sum().backward()
+    assert [masked for masked, _ in seen] == [False, True, True] * 2  # 2 layers x 3 segments (no cache in segment 0)
+    assert not any(on for _, on in seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with pytest.raises(RuntimeError):
+        attention.sdpa(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 3, 5), torch.ones(1, 1, 3, 4), torch.ones(2, 3, dtype=torch.bool))
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
 def test_bad_options_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="knn_backend='annoy'"):
         knn_module(backend="annoy")

@@ -116,6 +116,24 @@ def test_bits_per_byte_of_a_uniform_model_is_exactly_eight() -> None:
     assert sum(res["tokens_by_segment"]) == 78 and len(res["bpb_by_segment"]) == 7
 
 
+def test_streamed_evaluation_scores_each_document_as_if_alone() -> None:
+    """Rows packed three at a time (a row moves on to the next document mid-stream, the step sums stay on
+    the device until the end) give each document and segment index the bits it gets streamed alone."""
+    from memzoo.data.corpus import Document
+    from memzoo.running.evaluate import evaluate_model
+    from conftest import tiny_model
+
+    g = torch.Generator().manual_seed(0)
+    docs = [Document(str(i), bytes(torch.randint(0, 256, (n,), generator=g).tolist())) for i, n in enumerate([50, 3, 130, 17, 64])]
+    model = tiny_model("xl")
+    packed = evaluate_model(model, docs, batch_size=3, max_segments_per_doc=None, progress=False)
+    alone = [evaluate_model(model, [d], batch_size=1, max_segments_per_doc=None, progress=False) for d in docs]
+    assert packed["tokens_by_doc"] == [a["tokens"] for a in alone] == [49, 2, 129, 16, 63]
+    assert packed["bits_by_doc"] == pytest.approx([a["bits_by_doc"][0] for a in alone], rel=1e-6)
+    longest = alone[2]  # 129 bytes: the only document reaching segment index 16
+    assert packed["bpb_by_segment"][16] == pytest.approx(longest["bpb_by_segment"][16], rel=1e-6)
+
+
 def test_run_folder_has_config_metrics_checkpoint_and_result(tmp_path: Path) -> None:
     run = train(config(tmp_path, "infini-linear", "name=full-run"), progress=False)
     for f in ("config.yaml", "metrics.jsonl", "checkpoint.pt", "eval-valid.json", "result.json"):

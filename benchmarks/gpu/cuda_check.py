@@ -44,13 +44,17 @@ FLOAT32_STATE = {"compressive": torch.float32}
 MODEL = dict(d_model=64, n_layers=2, n_heads=4, segment_len=N, mlp_ratio=2.0)
 
 # Options beyond each method's defaults: ARMT's W_V starts at zero in the paper (a silent memory with no
-# gradient through its state), so it is drawn nonzero here; the chunked forms also at a partial chunk.
+# gradient through its state), so it is drawn nonzero here; the chunked forms also at a partial chunk;
+# Memorizing also at a store that fills and overflows.
 CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("armt", "armt", {"w_v_init_std": 0.2}),
     ("gated-deltanet-chunk12", "gated-deltanet", {"chunk_size": 12, "kernel": "torch"}),
     ("deltanet-chunk12", "deltanet", {"chunk_size": 12, "kernel": "torch"}),
     ("titans-mac-chunk12", "titans-mac", {"chunk_size": 12}),
     ("titans-mag-chunk12", "titans-mag", {"chunk_size": 12}),
+    # Memorizing's store filled, overflowed and restarted within the call: fewer valid keys than top_k in
+    # segment 1 and in the reset row, a full store (the shifting push) from segment 2, an XL cache of 40.
+    ("memorizing-store80", "memorizing", {"store_size": 80, "top_k": 40, "mem_len": 40}),
 ]
 
 

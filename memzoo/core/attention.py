@@ -6,12 +6,39 @@ positions), so RoPE sees the same offsets whether a sequence is streamed or run 
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+
+@contextmanager
+def cudnn_sdpa_off() -> Iterator[None]:
+    """sdpa's cuDNN backend switched off for the block, then restored as it was."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+    """Softmax attention, causal when `mask` (bool, True = may attend) is None, never on cuDNN's backend.
+
+    On an H100 (torch 2.11, cuDNN 9.19) cuDNN's backward gave Memorizing's bf16 gradients 0.1 off (NaN in
+    some runs) and then a failed cuBLAS call: right for the first output-gradient layout of a shape, about
+    100% off for another (its kNN layer's gate hands attention a dense gradient, an XL layer a strided
+    one). Flash, memory-efficient and math were right on the same inputs; benchmarks/gpu/cudnn_sdpa_check.py
+    says whether a GPU's cuDNN still does this.
+    """
+    with cudnn_sdpa_off():
+        if mask is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 def rope(x: Tensor, pos: Tensor, base: float) -> Tensor:
@@ -116,7 +143,7 @@ class LocalAttention:
                 return self._masked(q_r, k_r, v, within)
             if self._use_xformers(q):
                 return self._xformers(q_r, k_r, v, None)
-            return F.scaled_dot_product_attention(q_r, k_r, v, is_causal=True)
+            return sdpa(q_r, k_r, v)
         pk = rope(prefix.k.to(q.dtype), prefix.pos, self.rope_base)
         k_all = torch.cat((pk, k_r), dim=-2)  # [B, H, M+N, D]
         v_all = torch.cat((prefix.v.to(q.dtype), v), dim=-2)
@@ -126,21 +153,21 @@ class LocalAttention:
         )[:, None]  # [B, 1, N, M+N]
         if self._use_xformers(q):
             return self._xformers(q_r, k_all, v_all, mask)
-        return F.scaled_dot_product_attention(q_r, k_all, v_all, attn_mask=mask)
+        return sdpa(q_r, k_all, v_all, mask)
 
     def with_mask(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, mask: Tensor) -> Tensor:
         """General form: explicit positions and a boolean mask [B, 1, Nq, Nk] (True = may attend)."""
         q_r, k_r = rope(q, q_pos, self.rope_base), rope(k, k_pos, self.rope_base)
         if self._use_xformers(q):
             return self._xformers(q_r, k_r, v, mask)
-        return F.scaled_dot_product_attention(q_r, k_r, v, attn_mask=mask)
+        return sdpa(q_r, k_r, v, mask)
 
     def _masked(self, q_r: Tensor, k_r: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """Rotated q, k [B, H, N, D] under an explicit mask [N, N] (True = may attend)."""
         mask = mask.to(q_r.device)
         if self._use_xformers(q_r):
             return self._xformers(q_r, k_r, v, mask)
-        return F.scaled_dot_product_attention(q_r, k_r, v, attn_mask=mask)
+        return sdpa(q_r, k_r, v, mask)
 
     @staticmethod
     def _xformers(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:

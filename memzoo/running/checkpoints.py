@@ -61,13 +61,37 @@ def load_checkpoint(run_dir: Path, map_location: str | torch.device = "cpu") -> 
     return ckpt
 
 
-def load_run(run_dir: str | Path, device: str | torch.device | None = "cpu") -> tuple[DictConfig, MemoryModel]:
-    """The resolved config and trained model of a run folder (device None: the run's train.device)."""
+# The evaluation device a command was given (--device), in the environment so that the worker
+# processes an isolated evaluation spawns load their model there too.
+EVAL_DEVICE_ENV = "MEMZOO_EVAL_DEVICE"
+
+
+def run_config(run_dir: str | Path) -> DictConfig:
+    """The resolved config of a run folder; a folder without config.yaml is a FileNotFoundError."""
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    cfg = load_run_config(run_dir)
-    device = pick_device(cfg.train.device) if device is None else device
+    return load_run_config(run_dir)
+
+
+def eval_device(cfg: DictConfig, override: Optional[str] = None) -> tuple[torch.device, str]:
+    """Where a run is evaluated, and why: `override` (--device, else $MEMZOO_EVAL_DEVICE) when given (a
+    missing CUDA is then an error), else the run's train.device, with the CPU in its place when the run
+    trained on CUDA and this machine has none (the reason says so)."""
+    if override or os.environ.get(EVAL_DEVICE_ENV):
+        chosen = override or os.environ[EVAL_DEVICE_ENV]
+        return pick_device(chosen, "--device"), f"--device {chosen}" if override else f"{EVAL_DEVICE_ENV}={chosen}"
+    name = str(cfg.train.device)
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        return torch.device("cpu"), f"the run trained on train.device={name}; no CUDA device here, so the CPU"
+    return pick_device(name), f"the run's train.device={name}"
+
+
+def load_run(run_dir: str | Path, device: str | torch.device | None = "cpu") -> tuple[DictConfig, MemoryModel]:
+    """The resolved config and trained model of a run folder (device None: `eval_device`, the run's train.device)."""
+    run_dir = Path(run_dir)
+    cfg = run_config(run_dir)
+    device = eval_device(cfg)[0] if device is None else device
     model = build_model(cfg).to(device)
     if (run_dir / "checkpoint.pt").is_file():
         model.load_state_dict(load_checkpoint(run_dir, device)["model"])
@@ -75,8 +99,8 @@ def load_run(run_dir: str | Path, device: str | torch.device | None = "cpu") -> 
 
 
 def load_trained(run_dir: str | Path) -> tuple[DictConfig, MemoryModel]:
-    """A run's config and trained model on the run's own device (train.device); a folder without
-    a checkpoint is an error, not silently random weights."""
+    """A run's config and trained model on its evaluation device (`eval_device`: --device, else the run's
+    train.device); a folder without a checkpoint is an error, not silently random weights."""
     run_dir = Path(run_dir)
     if not (run_dir / "checkpoint.pt").is_file():
         raise FileNotFoundError(f"{run_dir} has no checkpoint.pt: train the run first")

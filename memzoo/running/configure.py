@@ -128,14 +128,14 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
     return resolve(resolve_interpolations(cfg))
 
 
-def pick_device(name: str) -> torch.device:
-    """The device `train.device` names (auto: CUDA when present); asking for a missing CUDA is an error."""
+def pick_device(name: str, what: str = "train.device") -> torch.device:
+    """The device `what` (train.device, --device) names (auto: CUDA when present); asking for a missing CUDA is an error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not DEVICE.fullmatch(str(name)):
-        raise ConfigError(f"train.device={name!r}; expected auto, cpu, cuda or cuda:INDEX")
+        raise ConfigError(f"{what}={name!r}; expected auto, cpu, cuda or cuda:INDEX")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name!r} but no CUDA device is available; use 'cpu' or 'auto'")
+        raise ConfigError(f"{what}={name!r} but no CUDA device is available; use 'cpu' or 'auto'")
     return torch.device(name)
 
 

@@ -47,7 +47,10 @@ def peak_rss_mb() -> float:
 @torch.no_grad()
 def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments_per_doc: Optional[int],
                    precision: str = "fp32", progress: bool = True, desc: str = "eval") -> dict[str, Any]:
-    """Bits per byte of `docs` streamed from their first byte, one segment per call."""
+    """Bits per byte of `docs` streamed from their first byte, one segment per call.
+
+    Each step's summed NLL [B] stays on the device until the stream ends (one host sync in all, not one
+    per segment, so a GPU is fed ahead); the sums are then added up on the CPU in the order streamed."""
     model.eval()
     device = next(model.parameters()).device
     n = model.cfg.segment_len
@@ -59,15 +62,17 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
     state = model.initial_state(batch_size, device)
     total_steps = sum(min(max_seg, -(-(len(d.data) - 1) // n)) for d in docs) // batch_size + 1
     start, tokens = time.perf_counter(), 0
+    step_nll, step_rows = [], []  # [B] float64 on the device; (seg, doc, count) [B] each on the CPU
     for batch in tqdm(stream_documents(docs, batch_size, n, max_segments_per_doc), total=total_steps,
                       desc=desc, disable=not progress, dynamic_ncols=True):
+        step_rows.append((batch.seg_index[:, 0].cpu(), batch.doc_index[:, 0].cpu(), batch.mask.sum(dim=(1, 2)).double().cpu()))
         batch = batch.to(device)
         with autocast_context(precision, device):
             out = model(batch.tokens, state, batch.reset)
         state = out.state
-        nll = (token_nll(out.logits, batch.targets) * batch.mask).sum(dim=(1, 2)).double().cpu()  # [B]
-        count = batch.mask.sum(dim=(1, 2)).double().cpu()
-        seg = batch.seg_index[:, 0].cpu()
+        step_nll.append((token_nll(out.logits, batch.targets) * batch.mask).sum(dim=(1, 2)).double())  # [B]
+    nll_all = torch.cat(step_nll).cpu().split([len(r[0]) for r in step_rows]) if step_nll else []  # the one sync
+    for nll, (seg, doc, count) in zip(nll_all, step_rows):
         ok = seg >= 0
         if ok.any() and int(seg[ok].max()) >= nll_by_seg.numel():
             grow = int(seg[ok].max()) + 1 - nll_by_seg.numel()
@@ -75,7 +80,6 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
             cnt_by_seg = torch.cat((cnt_by_seg, torch.zeros(grow, dtype=torch.float64)))
         nll_by_seg.index_add_(0, seg[ok], nll[ok])
         cnt_by_seg.index_add_(0, seg[ok], count[ok])
-        doc = batch.doc_index[:, 0].cpu()
         nll_by_doc.index_add_(0, doc[ok], nll[ok])
         cnt_by_doc.index_add_(0, doc[ok], count[ok])
         tokens += int(count.sum())

@@ -48,8 +48,10 @@ class StreamingDecoder:
         """[B, count] bool: which rows reset before segments first .. first + count - 1."""
         if self.reset_at is None:
             return None
+        if self.reset_at.device != self.device:
+            self.reset_at = self.reset_at.to(self.device)  # once, not a host-to-device copy per generated token
         index = torch.arange(first, first + count, device=self.device)  # [count]
-        return self.reset_at.to(self.device)[:, None] == index[None]
+        return self.reset_at[:, None] == index[None]
 
     def _call(self, tokens: Tensor) -> tuple[Tensor, ModelState]:
         """tokens [B, S, n] from the committed state (segments from `segments_done` on) -> (logits
