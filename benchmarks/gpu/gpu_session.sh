@@ -8,7 +8,7 @@
 #   3. once the GPU is free: benchmarks/gpu/gpu.py (paper-gpu tokens/s per method, ratios to local).
 # Usage: OUT=dir bash benchmarks/gpu/gpu_session.sh. PYTHON=python3 by default. Wheels the GPU image lacks
 # (omegaconf; fla-core for the fused kernels) are installed from .whl/ when present (docs/scaling.md).
-# LM_OVERRIDES adds suite overrides (e.g. token_budget=16384000 for 500 steps a run; the suite's 1,000
+# LM_OVERRIDES adds suite overrides (e.g. token_budget=16384000 for 500 steps a run; the suite's 800
 # because at 500 full had not yet overtaken local on an H100, 2026-11-26). Each stage has its own time limit; whatever was measured lands in $OUT even when one fails.
 set -u
 OUT=${OUT:-results/gpu-session}
@@ -27,7 +27,7 @@ $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton
 $PY -c "import fla; print('fla', fla.__version__)" 2>&1 | tail -1
 
 log "1. lm-gpu in the background: 15 runs sharing the GPU"
-timeout -k 10 "${LM_SECONDS:-400}" $PY -m memzoo compare lm-gpu out_dir="$R" ${LM_OVERRIDES:-} --jobs "${LM_JOBS:-15}" > "$R/lm.log" 2>&1 &
+timeout -k 10 "${LM_SECONDS:-420}" $PY -m memzoo compare lm-gpu out_dir="$R" ${LM_OVERRIDES:-} --jobs "${LM_JOBS:-15}" > "$R/lm.log" 2>&1 &
 LM=$!
 
 log "2a. cuDNN attention backward against math"
@@ -44,7 +44,7 @@ tail -12 "$R/lm.log"
 $PY -m memzoo compare lm-gpu out_dir="$R" ${LM_OVERRIDES:-} --collect 2>&1 | tail -20
 
 log "3. benchmarks/gpu/gpu.py (paper-gpu backbone, bf16, 3 timed steps a method; DeltaNets on both kernel paths)"
-timeout -k 5 "${GPU_SECONDS:-150}" $PY benchmarks/gpu/gpu.py --steps 3 --kernels torch,fla --max-seconds "${GPU_MAX:-120}" --out "$R"
+timeout -k 5 "${GPU_SECONDS:-140}" $PY benchmarks/gpu/gpu.py --steps 3 --kernels torch,fla --max-seconds "${GPU_MAX:-110}" --out "$R"
 log "done"
 } 2>&1 | tee "$OUT/session.log"
 cp "$R"/lm-gpu/report.md "$OUT"/lm-report.md 2>/dev/null
