@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from memzoo.analysis.palette import colour, marker, style
 from memzoo.analysis.stats import REFERENCE, bootstrap_versus, compare_groups, paired_differences, paired_t, per_seed, t_errorbar
 
 
@@ -40,12 +41,14 @@ def footprint_vs_bpb(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
 
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     data = df.assign(footprint=df["footprint_measured"].clip(lower=1))
-    sns.lineplot(data=data, x="footprint", y=bpb, hue="method", style="method", markers=True, dashes=False,
-                 err_style="bars", errorbar=t_errorbar, markersize=8, ax=ax)
+    methods = sorted(data["method"].unique())
+    sns.lineplot(data=data, x="footprint", y=bpb, hue="method", style="method", dashes=False, err_style="bars",
+                 palette={m: colour(m) for m in methods}, markers={m: marker(m) for m in methods},
+                 errorbar=t_errorbar, markersize=8, ax=ax)
     ax.set_xscale("log")
     ax.set_xlabel("state per sequence (numbers, log)")
     ax.set_ylabel(f"{bpb.replace('_', ' ')} (bits per byte; mean, 95% t interval over seeds)")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -59,9 +62,12 @@ def bpb_by_segment(df: pd.DataFrame, ax=None, max_segment: Optional[int] = None)
     data = long_by_segment(df)
     if max_segment is not None:
         data = data[data["segment"] <= max_segment]
-    sns.lineplot(data=data, x="segment", y="bpb", hue="method", errorbar=t_errorbar, marker="o", ax=ax)
+    methods = sorted(data["method"].unique())
+    sns.lineplot(data=data, x="segment", y="bpb", hue="method", style="method", dashes=False, errorbar=t_errorbar,
+                 palette={m: colour(m) for m in methods}, markers={m: marker(m) for m in methods}, ax=ax)
     ax.set_xlabel("segment index within document")
     ax.set_ylabel("bits per byte (mean, 95% t interval)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -176,13 +182,14 @@ def gain_by_segment(df: pd.DataFrame, ax=None):
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     table = segment_differences(df)
     for method, sub in table.groupby("method", sort=True):
-        line = ax.plot(sub["segment"], sub["diff"], marker="o", markersize=3, label=method)[0]
+        colour, marker = style(method)
+        ax.plot(sub["segment"], sub["diff"], marker=marker, markersize=4, color=colour, label=method)
         ci = sub["ci"].fillna(0.0)
-        ax.fill_between(sub["segment"], sub["diff"] - ci, sub["diff"] + ci, color=line.get_color(), alpha=0.15)
+        ax.fill_between(sub["segment"], sub["diff"] - ci, sub["diff"] + ci, color=colour, alpha=0.12)
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xlabel("segment index within document")
     ax.set_ylabel("bpb − local's at the same seed (paired; 95% t)")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -195,17 +202,18 @@ def footprint_vs_gain(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     table = summary_table(df, bpb)
     table = table[table["method"] != REFERENCE]
-    markers = "osD^v<>pPX*h"
-    for i, (_, r) in enumerate(table.iterrows()):
+    for _, r in table.iterrows():
         x = max(float(r["footprint"]), 1.0)
         yerr = None if r["ci_vs_local"] != r["ci_vs_local"] else [[r["ci_vs_local"]], [r["ci_vs_local"]]]
-        ax.errorbar([x], [r["diff_vs_local"]], yerr=yerr, fmt=markers[i % len(markers)], capsize=3,
+        colour, marker = style(r["method"])
+        ax.errorbar([x], [r["diff_vs_local"]], yerr=yerr, fmt=marker, color=colour, ms=8, capsize=3,
                     label=r["method"] + ("" if not r.get("sig_vs_local") else " *"))
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("state per sequence (numbers, log)")
     ax.set_ylabel(f"{bpb.replace('_', ' ')} − local's (paired by seed; 95% t)")
-    ax.legend(fontsize=8, ncol=2, title="* differs from local (Holm)", title_fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,  # outside the data
+              title="* differs from local (Holm)", title_fontsize=8)
     return ax
 
 
