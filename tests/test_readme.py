@@ -25,15 +25,17 @@ def readme_plugin_source() -> str:
 
 
 def test_readme_plugin_example_registers_a_working_memory() -> None:
+    """The printed code, run verbatim, builds a model (with `ModelConfig` from `memzoo` itself) that
+    streams as it runs one-shot, reads its state, and has the footprint it declares."""
     from memzoo.core.plugins import unregister_memory
 
     code = readme_plugin_source()
+    assert "from memzoo import MemoryModel, ModelConfig" in code, "the example must build its model from memzoo's API"
     namespace: dict = {}
     exec(compile(code, "README example", "exec"), namespace)
     try:
-        from conftest import tiny_model
-
-        model = tiny_model("my-decay")
+        model = namespace["model"]
+        assert model.method == "my-decay"
         x = torch.randint(0, 256, (2, 3, 8), generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             one_shot = model(x)
