@@ -67,9 +67,11 @@ def all_tables(rows: Optional[dict[str, pd.DataFrame]] = None) -> dict[str, str]
     return out
 
 
-def stale_pages(root: Path, rows: Optional[dict[str, pd.DataFrame]] = None, write: bool = False) -> list[Path]:
-    """The pages whose generated blocks differ from the tables of the rows (rewritten when `write`)."""
-    tables, stale = all_tables(rows), []
+def stale_pages(root: Path, rows: Optional[dict[str, pd.DataFrame]] = None, write: bool = False,
+                tables: Optional[dict[str, str]] = None) -> list[Path]:
+    """The pages whose generated blocks differ from the tables of the rows, or the `tables` given
+    (rewritten when `write`)."""
+    tables, stale = tables if tables is not None else all_tables(rows), []
     for page in pages(root):
         text = page.read_text()
         new = render(text, tables, str(page.relative_to(root)))
