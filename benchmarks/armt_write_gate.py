@@ -1,4 +1,4 @@
-"""How strongly ARMT writes, segment by segment (issue 24's diagnosis of its reach): the `distance`
+"""How strongly ARMT writes, segment by segment (a diagnosis of its reach in the `distance` suite): the `distance`
 suite's own examples streamed through a trained ARMT run, and per layer, for the pairs' segment and
 for the filler after it, the write strength β of the memory tokens (median, and the share shut to
 below 1e-6) and the sizes |k| = |φ(W_K m)| and |v| = |W_V m| of what they write.

@@ -1,4 +1,4 @@
-"""How much of the pairs' write a (Gated) DeltaNet keeps as filler streams through it (issue 24's
+"""How much of the pairs' write a (Gated) DeltaNet keeps as filler streams through it (the `distance` suite's
 diagnosis of the DeltaNets' reach): the `distance` suite's own examples streamed through a trained
 run, and per layer, at each gap G, the state split into what the pairs wrote and what the filler wrote.
 

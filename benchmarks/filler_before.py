@@ -1,4 +1,4 @@
-"""Is a short gap out of the training distribution? (issue 24's protocol check.) The `distance`
+"""Is a short gap out of the training distribution? (a protocol check of the `distance` suite.) The `distance`
 suite's last stage draws each row's gap G in [1, G_max] and opens the shorter rows with G_max - G
 filler segments before the pairs, so in training the memory has always read G_max - 1 segments of
 filler before the queries, whatever G. The streamed evaluation opens with the pairs: at G < G_max it

@@ -1,4 +1,4 @@
-"""Does a trained run copy from its context? (the induction-head probe behind issue 10's recipe)
+"""Does a trained run copy from its context? (the induction-head probe behind the long-range recipe)
 
 Each probe is a 60-byte chunk of held-out corpus text written twice in one segment. A model that
 copies from its context predicts the second copy far better than the first; a model that only

@@ -1,4 +1,4 @@
-"""How much of Infini-attention's memory read is the pairs' as the gap grows? (issue 24's diagnosis
+"""How much of Infini-attention's memory read is the pairs' as the gap grows? (a `distance` diagnosis
 of the linear rule on the `distance` suite.) Under the linear rule the state is a sum over the tokens
 written, z_G = z_P + z_F(G) (the pairs' segment's keys, then the filler's), and the read
 σ(q) M / (σ(q) z) is a weighted average of the values with the pairs' total weight

@@ -1,4 +1,4 @@
-"""How much of Infini-attention's memory read can one key get? (issue 10's diagnosis of Infini)
+"""How much of Infini-attention's memory read can one key get? (the long-range recipe's diagnosis of Infini)
 
 The read is σ(q) M / (σ(q) z) with z = Σ_j σ(k_j) over every token written so far. Under the
 linear rule M = Σ_j σ(k_j)ᵀ v_j, so the read is an average of the values with weights

@@ -1,4 +1,4 @@
-"""Where does Memorizing's kNN layer look for a passkey? (issue 10's diagnosis of the kNN path)
+"""Where does Memorizing's kNN layer look for a passkey? (the long-range recipe's diagnosis of the kNN path)
 
 For prompts with the key a given number of segments before the question, the answer is teacher-
 forced and, at each answer position, every head's query is compared with every key in the store

@@ -1,4 +1,4 @@
-"""What a memory's state holds as the gap grows (issue 24's diagnosis, for any memory): the `distance`
+"""What a memory's state holds as the gap grows (a `distance` diagnosis, for any memory): the `distance`
 suite's own examples streamed through a trained run, and at each gap G, per state tensor,
 
     drift(G)  = ||S_G - S_0|| / ||S_0||           how far the state moved after the last write
