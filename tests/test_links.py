@@ -107,3 +107,22 @@ def test_slugs_follow_both_renderers() -> None:
     title = "The memories of 2024–2026: speed"
     assert slug_site(title) == slug_github(title) == "the-memories-of-20242026-speed"
     assert slug_site("`memzoo check PLUGIN`") == "memzoo-check-plugin"
+
+
+def wide_tables(text: str, limit: int = 8) -> list[str]:
+    """The header rows of tables with more than `limit` columns (they scroll sideways on the site)."""
+    lines = FENCE.sub("", text).splitlines()
+    return [lines[i - 1] for i in range(1, len(lines))
+            if re.match(r"^\|\s*:?-{3,}", lines[i]) and len(re.split(r"(?<!\\)\|", lines[i - 1].strip().strip("|"))) > limit]
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_table_fits_the_page(page: Path) -> None:
+    wide = wide_tables(page.read_text())
+    assert not wide, f"{page.relative_to(ROOT)}: tables of more than 8 columns (split them):\n  " + "\n  ".join(wide)
+
+
+def test_the_width_check_counts_columns() -> None:
+    nine = "| " + " | ".join("abcdefghi") + " |\n|" + " --- |" * 9 + "\n"
+    assert wide_tables(nine) and not wide_tables(nine.replace("| i ", "").replace(" --- |\n", "\n", 1))
+    assert not wide_tables("| a \\| b | c |\n| --- | --- |\n")
