@@ -105,3 +105,17 @@ def test_every_method_has_a_colour_and_marker_of_its_own() -> None:
     assert style("infini-delta normalizer=gamma") == style("infini-delta")  # a variant keeps its method's
     assert style("my-plugin") == style("my-plugin") and style("my-plugin")[0] not in colours
     assert variant_lines(["a x=1", "a x=2", "b"]) == {"a x=1": "-", "a x=2": "--", "b": "-"}
+
+
+def test_the_command_reports_then_rewrites_a_stale_block(tmp_path: Path, capsys) -> None:
+    from memzoo.cli import main
+
+    (tmp_path / "docs").mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- generated:capacity-table -->\n| old |\n<!-- /generated -->\n")
+    assert main(["figures", "--root", str(tmp_path), "--check", "--no-figures"]) == 1
+    assert "stale tables: README.md" in capsys.readouterr().out and "| old |" in readme.read_text()
+    assert main(["figures", "--root", str(tmp_path), "--no-figures"]) == 0
+    assert "| `titans-mac` (depth 2) | 0, 1, 2 | 8,192 |" in readme.read_text()
+    assert main(["figures", "--root", str(tmp_path / "nowhere")]) == 2
+    assert "expected a memzoo checkout" in capsys.readouterr().err

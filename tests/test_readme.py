@@ -20,8 +20,13 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def readme_plugin_source() -> str:
     """The README's plugin example (the first Python block under "Register a memory")."""
-    text = README.read_text().split("## Register a memory", 1)[1]
-    return re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+    return readme_blocks()[0]
+
+
+def readme_blocks() -> list[str]:
+    """The Python blocks under "Register a memory", as printed: the plugin, then the lines that build it."""
+    text = README.read_text().split("## Register a memory", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
 def test_readme_plugin_example_registers_a_working_memory() -> None:
@@ -29,10 +34,11 @@ def test_readme_plugin_example_registers_a_working_memory() -> None:
     streams as it runs one-shot, reads its state, and has the footprint it declares."""
     from memzoo.core.plugins import unregister_memory
 
-    code = readme_plugin_source()
-    assert "from memzoo import MemoryModel, ModelConfig" in code, "the example must build its model from memzoo's API"
+    plugin, build = readme_blocks()[:2]
+    assert "from memzoo import MemoryModel, ModelConfig" in build, "the example must build its model from memzoo's API"
     namespace: dict = {}
-    exec(compile(code, "README example", "exec"), namespace)
+    exec(compile(plugin, "README example", "exec"), namespace)
+    exec(compile(build, "README example, built", "exec"), namespace)
     try:
         model = namespace["model"]
         assert model.method == "my-decay"
