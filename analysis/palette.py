@@ -25,7 +25,7 @@ STYLES: dict[str, tuple[str, str]] = {
 }
 # for methods the zoo does not ship: none of these colours is in STYLES
 SPARE_COLOURS = ("#bcbd22", "#393b79", "#843c39", "#7b4173", "#637939", "#e7969c")
-SPARE_MARKERS = ("d", ">", "8", "H", "x", "+")
+SPARE_MARKERS = ("d", ">", "8", "H", "^", "v")  # filled, as seaborn will not mix filled and line markers
 
 
 def style(method: str) -> tuple[str, str]:

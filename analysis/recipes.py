@@ -225,8 +225,10 @@ def cost_per_method(df: pd.DataFrame, axes=None):
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(10, 4))
     order = sorted(df["method"].unique())
-    sns.barplot(data=df, x="method", y="tokens_per_s", order=order, errorbar=t_errorbar, ax=axes[0])
-    sns.barplot(data=df, x="method", y="peak_rss_mb", order=order, errorbar=t_errorbar, ax=axes[1])
+    palette = {m: colour(m) for m in order}
+    for ax, y in zip(axes, ("tokens_per_s", "peak_rss_mb")):
+        sns.barplot(data=df, x="method", y=y, hue="method", order=order, palette=palette, legend=False,
+                    errorbar=t_errorbar, ax=ax)
     axes[0].set_ylabel("eval tokens per second")
     axes[1].set_ylabel("peak resident memory (MB)")
     for ax in axes:
@@ -369,15 +371,17 @@ def cost_vs_length(df: pd.DataFrame, task: str = "passkey", axes=None):
     per_length = table.groupby(["method", "length"], as_index=False)[["peak_rss_mb", "tokens_per_s"]].mean()
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(11, 4))
-    sns.lineplot(data=per_length, x="length", y="peak_rss_mb", hue="method", style="method", markers=True, dashes=False, ax=axes[0])
-    sns.lineplot(data=per_length, x="length", y="tokens_per_s", hue="method", style="method", markers=True, dashes=False,
-                 ax=axes[1], legend=False)
+    methods = sorted(per_length["method"].unique())
+    look = dict(hue="method", style="method", dashes=False, palette={m: colour(m) for m in methods},
+                markers={m: marker(m) for m in methods})
+    sns.lineplot(data=per_length, x="length", y="peak_rss_mb", **look, ax=axes[0])
+    sns.lineplot(data=per_length, x="length", y="tokens_per_s", **look, ax=axes[1], legend=False)
     for ax in axes:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("prompt length (bytes, log)")
     axes[0].set_ylabel("peak resident memory (MB)")
     axes[1].set_ylabel("streaming tokens per second")
-    axes[0].legend(fontsize=8, ncol=2)
+    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(-0.02, -0.15), ncol=5, frameon=False)  # below the panels
     return axes
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memzoo.analysis.palette import STYLES, style, variant_lines
+from memzoo.analysis.palette import SPARE_MARKERS, STYLES, style, variant_lines
 from memzoo.core.config import ConfigError
 from memzoo.core.plugins import registered
 from memzoo.suites.figures import (ARCHIVED, FIGURES, ROWS_KEY, all_tables, pages, png_text, render, rows_stamp,
@@ -104,6 +104,8 @@ def test_every_method_has_a_colour_and_marker_of_its_own() -> None:
     assert style("titans-mag") != style("deltanet") and style("titans-mac") != style("infini-linear")
     assert style("infini-delta normalizer=gamma") == style("infini-delta")  # a variant keeps its method's
     assert style("my-plugin") == style("my-plugin") and style("my-plugin")[0] not in colours
+    markers = [m for _, m in STYLES.values()] + list(SPARE_MARKERS)
+    assert not [m for m in markers if m in "x+|_.,1234"], "seaborn cannot mix filled and line-art markers"
     assert variant_lines(["a x=1", "a x=2", "b"]) == {"a x=1": "-", "a x=2": "--", "b": "-"}
 
 
