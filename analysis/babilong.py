@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from memzoo.analysis.palette import colour, marker
 from memzoo.analysis.stats import t_halfwidth
 from memzoo.data.babilong import length_bytes
 
@@ -84,7 +85,7 @@ def babilong_curves(df: pd.DataFrame):
     tasks = sorted(summary["task"].unique())
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4.5), squeeze=False)
     methods = sorted(summary["method"].unique())
-    colours = dict(zip(methods, plt.get_cmap("tab10").colors * 2))
+    colours, markers = {m: colour(m) for m in methods}, {m: marker(m) for m in methods}
     lengths = sorted(summary["length_bytes"].unique())
     where = {n: i for i, n in enumerate(lengths)}  # evenly spaced: the lengths double, and 0 has no log
     for ax, task in zip(axes[0], tasks):
@@ -94,8 +95,8 @@ def babilong_curves(df: pd.DataFrame):
             if sub.empty:
                 continue
             x = sub["length_bytes"].map(where)
-            ax.errorbar(x, sub["accuracy"], yerr=sub["accuracy_ci"].fillna(0), fmt="-o", ms=4, capsize=2,
-                        color=colours[m], label=m)
+            ax.errorbar(x, sub["accuracy"], yerr=sub["accuracy_ci"].fillna(0), ls="-", marker=markers[m], ms=5,
+                        capsize=2, color=colours[m], label=m)
             ablated = sub.dropna(subset=["reset"])  # measured at some lengths only: marked, so a lone point shows
             if not ablated.empty:
                 ax.plot(ablated["length_bytes"].map(where), ablated["reset"], "--x", color=colours[m], alpha=0.5, lw=1)
@@ -109,7 +110,7 @@ def babilong_curves(df: pd.DataFrame):
         ax.set_xlabel("input length (bytes of facts and background)")
         ax.set_ylabel("accuracy (official scorer); mean, 95% t over seeds")
         ax.set_title(task, fontsize=10)
-    handles = [Line2D([], [], color=colours[m], marker="o") for m in methods]
+    handles = [Line2D([], [], color=colours[m], marker=markers[m]) for m in methods]
     handles += [Line2D([], [], color="black", ls="--", marker="x", alpha=0.5), Line2D([], [], color="grey", lw=2),
                 Line2D([], [], color="black", ls=":")]
     labels = [*methods, "state reset before the question", "label chance (same samples)", "longest trained length"]

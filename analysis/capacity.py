@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from memzoo.analysis.palette import colour, marker
 from memzoo.analysis.stats import REFERENCE, bootstrap_versus, compare_groups, t_halfwidth
 
 FACETS = ["pairs", "gap_segments"]
@@ -115,7 +116,7 @@ def capacity_curves(df: pd.DataFrame):
     cells = capacity_table(df)
     pairs, gaps = sorted(cells["pairs"].unique()), sorted(cells["gap_segments"].unique())
     methods = sorted(cells["method"].unique())
-    colours = dict(zip(methods, plt.get_cmap("tab10").colors * 2))
+    colours = {m: colour(m) for m in methods}
     fig, axes = plt.subplots(len(pairs), len(gaps), figsize=(4.6 * len(gaps), 3.6 * len(pairs)),
                              sharex=True, sharey=True, squeeze=False)
     for r, p in enumerate(pairs):
@@ -129,7 +130,7 @@ def capacity_curves(df: pd.DataFrame):
                     continue
                 line = sub.groupby("x", as_index=False)["accuracy"].max()
                 ax.plot(line["x"], line["accuracy"], color=colours[m], lw=1, alpha=0.6)
-                ax.errorbar(sub["x"], sub["accuracy"], yerr=sub["accuracy_ci"].fillna(0), fmt="o",
+                ax.errorbar(sub["x"], sub["accuracy"], yerr=sub["accuracy_ci"].fillna(0), fmt=marker(m),
                             color=colours[m], ms=6, capsize=3, label=m)
                 ax.scatter(sub["x"], sub["reset"], facecolors="none", edgecolors=colours[m], s=40, zorder=3)
             front = pareto_front(facet.assign(state=facet["x"]))
@@ -145,7 +146,7 @@ def capacity_curves(df: pd.DataFrame):
                 ax.set_ylabel("cross-segment recall accuracy")
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], marker="o", ls="", color=colours[m]) for m in methods]
+    handles = [Line2D([], [], marker=marker(m), ls="", color=colours[m]) for m in methods]
     labels = list(methods)
     handles += [Line2D([], [], marker="o", ls="", mfc="none", mec="black"), Line2D([], [], color="grey", ls="--"),
                 Line2D([], [], color="black")]

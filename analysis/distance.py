@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from memzoo.analysis.palette import style, variant_lines
 from memzoo.analysis.recipes import variant_labels
 from memzoo.analysis.stats import bootstrap_versus, paired_differences, paired_t, per_seed, t_halfwidth
 
@@ -52,6 +53,16 @@ def distance_table(df: pd.DataFrame, reset: Optional[bool] = False) -> pd.DataFr
     out = pd.DataFrame(rows, columns=COLUMNS)
     return out.astype({"recall_accuracy": float, "recall_chance": float, "recall_stale": float,
                        "recall_stale_chance": float})
+
+
+def common_gaps_only(df: pd.DataFrame) -> pd.DataFrame:
+    """Each run's distance rows cut to the gaps every run of its variant measured (some runs add
+    gaps, e.g. 24-48 or 512, that others lack; a mean over fewer seeds would carry a wider interval)."""
+    variants = variant_labels(df)
+    gaps = {i: {r["gap_segments"] for r in json.loads(j)} for i, j in df["distance_json"].items()}
+    common = {v: set.intersection(*(gaps[i] for i in idx)) for v, idx in variants.groupby(variants).groups.items()}
+    return df.assign(distance_json=[json.dumps([r for r in json.loads(j) if r["gap_segments"] in common[v]])
+                                    for j, v in zip(df["distance_json"], variants)])
 
 
 def distance_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -144,7 +155,8 @@ def distance_versus(df: pd.DataFrame, variant: str, reference: str, rewrites: Op
 
 def distance_curves(df: pd.DataFrame):
     """Recall accuracy against the gap (segments, log axis), one line per variant: the mean over
-    seeds with its 95% t interval; dashed, the same examples with the state reset after the last
+    seeds with its 95% t interval (colour and marker: the method's, memzoo.analysis.palette; a second
+    variant of a method dashed); thin dots, the same examples with the state reset after the last
     write (the reset ablation); grey, chance (the stored values guessed uniformly, same examples);
     a dotted vertical line at the largest trained gap. One row of panels per number of rewrites;
     with rewrites a second panel shows the stale share (an earlier value of the key) and its chance."""
@@ -158,8 +170,7 @@ def distance_curves(df: pd.DataFrame):
     columns = 2 if any(rewrites) else 1
     fig, axes = plt.subplots(len(rewrites), columns, figsize=(7.5 * columns, 4.8 * len(rewrites)), squeeze=False)
     variants = sorted(summary["variant"].unique())
-    palette = plt.get_cmap("tab20").colors
-    colours = dict(zip(variants, palette[::2] + palette[1::2]))  # the ten distinct hues first
+    styles, lines = {v: style(v) for v in variants}, variant_lines(variants)  # a method's variants: one colour, other lines
     for row, r in enumerate(rewrites):
         facet = summary[summary["rewrites"] == r]
         panels = [("accuracy", "recall accuracy (latest value)" if r else "recall accuracy")]
@@ -170,10 +181,10 @@ def distance_curves(df: pd.DataFrame):
                 sub = facet[facet["variant"] == v].sort_values("gap_segments")
                 if sub.empty:
                     continue
-                ax.errorbar(sub["gap_segments"], sub[value], yerr=sub[f"{value}_ci"].fillna(0), fmt="-o", ms=4,
-                            capsize=2, color=colours[v], label=v)
+                ax.errorbar(sub["gap_segments"], sub[value], yerr=sub[f"{value}_ci"].fillna(0), ls=lines[v],
+                            marker=styles[v][1], ms=5, capsize=2, color=styles[v][0], label=v)
                 if value == "accuracy" and sub["reset"].notna().any():
-                    ax.plot(sub["gap_segments"], sub["reset"], "--", color=colours[v], alpha=0.5, lw=1)
+                    ax.plot(sub["gap_segments"], sub["reset"], ls=(0, (1, 3)), color=styles[v][0], alpha=0.5, lw=1)
             chance = facet.groupby("gap_segments")["chance" if value == "accuracy" else "stale_chance"].mean()
             ax.plot(chance.index, chance.to_numpy(), color="grey", lw=2, alpha=0.7)
             ax.axvline(facet["trained_gap"].max(), color="black", ls=":", lw=1)
@@ -184,8 +195,8 @@ def distance_curves(df: pd.DataFrame):
             ax.set_xlabel("gap: segments between the last write and the queries (log)")
             ax.set_ylabel(f"{ylabel}; mean, 95% t over seeds")
             ax.set_title(f"{r} rewrite{'s' if r != 1 else ''}" if r else "recall across the gap", fontsize=10)
-    handles = [Line2D([], [], color=colours[v], marker="o") for v in variants]
-    handles += [Line2D([], [], color="black", ls="--", alpha=0.5), Line2D([], [], color="grey", lw=2),
+    handles = [Line2D([], [], color=styles[v][0], marker=styles[v][1], ls=lines[v]) for v in variants]
+    handles += [Line2D([], [], color="black", ls=(0, (1, 3)), alpha=0.5), Line2D([], [], color="grey", lw=2),
                 Line2D([], [], color="black", ls=":")]
     labels = [*variants, "state reset after the last write", "chance (same examples)", "largest trained gap"]
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)

@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from memzoo.analysis.palette import style as style_of
 from memzoo.analysis.recipes import _length_label, longrange_table
 from memzoo.analysis.stats import wilson_interval
 
@@ -61,9 +62,9 @@ def passkey_length_curves(df: pd.DataFrame, ax=None):
     if plain.empty:
         return None
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
-    colours = dict(zip(sorted(plain["method"].unique()), plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
-    for method, colour in colours.items():
-        for data, style, label in ((plain, "-o", method), (ablated, "--x", f"{method} (reset after key)")):
+    for method in sorted(plain["method"].unique()):
+        colour, mark = style_of(method)
+        for data, style, label in ((plain, f"-{mark}", method), (ablated, "--x", f"{method} (reset after key)")):
             sub = data[data["method"] == method].sort_values("length")
             if sub.empty:
                 continue
@@ -76,7 +77,7 @@ def passkey_length_curves(df: pd.DataFrame, ax=None):
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("prompt length (bytes, log)")
     ax.set_ylabel("passkey accuracy (depths pooled; 95% Wilson)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -138,14 +139,15 @@ def answer_loss_curves(df: pd.DataFrame, ax=None):
     if data.empty:
         return None
     ax = ax or plt.subplots(figsize=(7, 4))[1]
-    sns.lineplot(data=data, x="step", y="train_bpb", hue="method", units="seed", estimator=None, linewidth=1, ax=ax)
+    sns.lineplot(data=data, x="step", y="train_bpb", hue="method", units="seed", estimator=None, linewidth=1,
+                 palette={m: style_of(m)[0] for m in data["method"].unique()}, ax=ax)
     first = data[data["seed"] == data["seed"].min()]
     starts = first.groupby("stage")["step"].min().sort_index().tolist()[1:]
     for step in sorted(set(starts)):
         ax.axvline(step, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("fine-tuning step (curriculum stages in order)")
     ax.set_ylabel("answer loss (bits per byte)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 

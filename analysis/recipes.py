@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from memzoo.analysis.palette import colour, marker, style
 from memzoo.analysis.stats import (REFERENCE, bootstrap_versus, compare_groups, paired_differences, paired_t, per_seed,
                                    ratio_interval, t_errorbar)
 
@@ -41,12 +42,14 @@ def footprint_vs_bpb(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
 
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     data = df.assign(footprint=df["footprint_measured"].clip(lower=1))
-    sns.lineplot(data=data, x="footprint", y=bpb, hue="method", style="method", markers=True, dashes=False,
-                 err_style="bars", errorbar=t_errorbar, markersize=8, ax=ax)
+    methods = sorted(data["method"].unique())
+    sns.lineplot(data=data, x="footprint", y=bpb, hue="method", style="method", dashes=False, err_style="bars",
+                 palette={m: colour(m) for m in methods}, markers={m: marker(m) for m in methods},
+                 errorbar=t_errorbar, markersize=8, ax=ax)
     ax.set_xscale("log")
     ax.set_xlabel("state per sequence (numbers, log)")
     ax.set_ylabel(f"{bpb.replace('_', ' ')} (bits per byte; mean, 95% t interval over seeds)")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -60,9 +63,12 @@ def bpb_by_segment(df: pd.DataFrame, ax=None, max_segment: Optional[int] = None)
     data = long_by_segment(df)
     if max_segment is not None:
         data = data[data["segment"] <= max_segment]
-    sns.lineplot(data=data, x="segment", y="bpb", hue="method", errorbar=t_errorbar, marker="o", ax=ax)
+    methods = sorted(data["method"].unique())
+    sns.lineplot(data=data, x="segment", y="bpb", hue="method", style="method", dashes=False, errorbar=t_errorbar,
+                 palette={m: colour(m) for m in methods}, markers={m: marker(m) for m in methods}, ax=ax)
     ax.set_xlabel("segment index within document")
     ax.set_ylabel("bits per byte (mean, 95% t interval)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -210,13 +216,14 @@ def gain_by_segment(df: pd.DataFrame, ax=None):
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     table = segment_differences(df)
     for method, sub in table.groupby("method", sort=True):
-        line = ax.plot(sub["segment"], sub["diff"], marker="o", markersize=3, label=method)[0]
+        colour, marker = style(method)
+        ax.plot(sub["segment"], sub["diff"], marker=marker, markersize=4, color=colour, label=method)
         ci = sub["ci"].fillna(0.0)
-        ax.fill_between(sub["segment"], sub["diff"] - ci, sub["diff"] + ci, color=line.get_color(), alpha=0.15)
+        ax.fill_between(sub["segment"], sub["diff"] - ci, sub["diff"] + ci, color=colour, alpha=0.12)
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xlabel("segment index within document")
     ax.set_ylabel("bpb − local's at the same seed (paired; 95% t)")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -229,17 +236,18 @@ def footprint_vs_gain(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
     ax = ax or plt.subplots(figsize=(7, 4.5))[1]
     table = summary_table(df, bpb)
     table = table[table["method"] != REFERENCE]
-    markers = "osD^v<>pPX*h"
-    for i, (_, r) in enumerate(table.iterrows()):
+    for _, r in table.iterrows():
         x = max(float(r["footprint"]), 1.0)
         yerr = None if r["ci_vs_local"] != r["ci_vs_local"] else [[r["ci_vs_local"]], [r["ci_vs_local"]]]
-        ax.errorbar([x], [r["diff_vs_local"]], yerr=yerr, fmt=markers[i % len(markers)], capsize=3,
+        colour, marker = style(r["method"])
+        ax.errorbar([x], [r["diff_vs_local"]], yerr=yerr, fmt=marker, color=colour, ms=8, capsize=3,
                     label=r["method"] + ("" if not r.get("sig_vs_local") else " *"))
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("state per sequence (numbers, log)")
     ax.set_ylabel(f"{bpb.replace('_', ' ')} − local's (paired by seed; 95% t)")
-    ax.legend(fontsize=8, ncol=2, title="* differs from local (Holm)", title_fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,  # outside the data
+              title="* differs from local (Holm)", title_fontsize=8)
     return ax
 
 
@@ -251,8 +259,10 @@ def cost_per_method(df: pd.DataFrame, axes=None):
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(10, 4))
     order = sorted(df["method"].unique())
-    sns.barplot(data=df, x="method", y="tokens_per_s", order=order, errorbar=t_errorbar, ax=axes[0])
-    sns.barplot(data=df, x="method", y="peak_rss_mb", order=order, errorbar=t_errorbar, ax=axes[1])
+    palette = {m: colour(m) for m in order}
+    for ax, y in zip(axes, ("tokens_per_s", "peak_rss_mb")):
+        sns.barplot(data=df, x="method", y=y, hue="method", order=order, palette=palette, legend=False,
+                    errorbar=t_errorbar, ax=ax)
     axes[0].set_ylabel("eval tokens per second")
     axes[1].set_ylabel("peak resident memory (MB)")
     for ax in axes:
@@ -395,15 +405,17 @@ def cost_vs_length(df: pd.DataFrame, task: str = "passkey", axes=None):
     per_length = table.groupby(["method", "length"], as_index=False)[["peak_rss_mb", "tokens_per_s"]].mean()
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(11, 4))
-    sns.lineplot(data=per_length, x="length", y="peak_rss_mb", hue="method", style="method", markers=True, dashes=False, ax=axes[0])
-    sns.lineplot(data=per_length, x="length", y="tokens_per_s", hue="method", style="method", markers=True, dashes=False,
-                 ax=axes[1], legend=False)
+    methods = sorted(per_length["method"].unique())
+    look = dict(hue="method", style="method", dashes=False, palette={m: colour(m) for m in methods},
+                markers={m: marker(m) for m in methods})
+    sns.lineplot(data=per_length, x="length", y="peak_rss_mb", **look, ax=axes[0])
+    sns.lineplot(data=per_length, x="length", y="tokens_per_s", **look, ax=axes[1], legend=False)
     for ax in axes:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("prompt length (bytes, log)")
     axes[0].set_ylabel("peak resident memory (MB)")
     axes[1].set_ylabel("streaming tokens per second")
-    axes[0].legend(fontsize=8, ncol=2)
+    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(-0.02, -0.15), ncol=5, frameon=False)  # below the panels
     return axes
 
 

@@ -1,5 +1,5 @@
 """The `memzoo` command: train, eval, compare, report, list, footprint, check, passkey, recall, distance,
-babilong, babilong-generate, generate."""
+babilong, babilong-generate, generate, references, scorecard, figures."""
 from __future__ import annotations
 
 import argparse
@@ -207,6 +207,25 @@ def cmd_references(args: argparse.Namespace) -> int:
               f"{meta['frozen']}, {meta[HOURS]} training hours; methods: {', '.join(meta['methods'])}")
         if args.suite:
             print(rows.drop(columns=[c for c in rows.columns if rows[c].map(lambda v: hasattr(v, "__len__") and not isinstance(v, str)).any()]).to_string(index=False))
+    return 0
+
+
+def cmd_figures(args: argparse.Namespace) -> int:
+    from memzoo.suites.figures import draw_figures, stale_figures, stale_pages
+
+    root = Path(args.root)
+    if not (root / "README.md").is_file() or not (root / "docs").is_dir():
+        raise ConfigError(f"--root {root}: expected a memzoo checkout (README.md and docs/)")
+    pages = stale_pages(root, write=not args.check)
+    figures = {} if args.no_figures else stale_figures(root / "docs")
+    if args.check:
+        for page in pages:
+            print(f"stale tables: {page.relative_to(root)}")
+        for rel, why in figures.items():
+            print(f"stale figure: docs/{rel}: {why}")
+        return 1 if pages or figures else 0
+    drawn = [] if args.no_figures else draw_figures(root / "docs")
+    print(f"tables rewritten in {len(pages)} page(s); {len(drawn)} figure(s) drawn from the shipped rows")
     return 0
 
 
@@ -513,6 +532,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--add", action="store_true",
                    help="with --freeze: keep the rows already shipped and add the folder's new runs")
     s.set_defaults(fn=cmd_references)
+
+    s = sub.add_parser("figures", help="redraw every results table (README, docs/) and figure from the shipped rows")
+    s.add_argument("--root", default=".", help="the checkout whose README.md and docs/ to rewrite (default .)")
+    s.add_argument("--check", action="store_true", help="write nothing; list what is stale, exit status 1 if any")
+    s.add_argument("--no-figures", action="store_true", help="the tables only (no matplotlib)")
+    s.set_defaults(fn=cmd_figures)
 
     s = sub.add_parser("scorecard", help="a plugin's memories through the reference suites, ranked beside the shipped rows")
     s.add_argument("plugin", help="a .py file, a module (my_pkg.decay) or an installed entry point's name")

@@ -271,7 +271,7 @@ def test_shipped_suites_expand(name: str) -> None:
         assert max(max(st.lengths) for st in stages) == 1048576 and all(st.depths == [0, 0.5, 1] for st in stages)
         assert all(s.pretrain.train.steps * s.pretrain.train.batch_size * s.pretrain.train.window_segments
                    * s.pretrain.model.segment_len <= suite.token_budget for s in specs)
-        if name != "longrange-gpu":  # the CPU suites train on examples of at most 2,048 bytes (issue 10)
+        if name != "longrange-gpu":  # the CPU suites train on examples of at most 2,048 bytes (the long-range recipe)
             assert max(max(c.task.lengths) for s in specs for c in s.chain[1:]) <= 2048
     elif name == "babilong":  # stories trained up to 1,024 bytes, streamed to 16x that, with the reset ablation
         from memzoo.data.babilong import length_bytes
@@ -286,7 +286,7 @@ def test_shipped_suites_expand(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["longrange", "longrange-gpu"])
 def test_longrange_suites_are_the_curriculum(name: str) -> None:
-    """The shipped long-range suites follow issue 10's recipe: stages over a growing key gap that all
+    """The shipped long-range suites follow the long-range recipe: stages over a growing key gap that all
     keep gap 0, the corpus loss mixed in, no weight decay, and every example inside one BPTT block."""
     suite = load_suite(name)
     for spec in expand(suite):

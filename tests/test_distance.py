@@ -1,4 +1,4 @@
-"""Recall against distance (issue 24): the gap curriculum's layout, rewrites and their scoring, the
+"""Recall against distance: the gap curriculum's layout, rewrites and their scoring, the
 streamed evaluation's placement of the answers exactly G segments before the queries and its reset
 ablation (on hand-built memories whose only route to an answer is their state), the reach that
 stops a window memory's curriculum, and the distance suites' configs."""

@@ -1,5 +1,5 @@
 """memzoo.diagnose.filler_before: the training layout of a distance example keeps its pairs, gap and
-answers, and only opens it with filler (the protocol check of issue 24's short gaps)."""
+answers, and only opens it with filler (the protocol check of the distance suite's short gaps)."""
 from __future__ import annotations
 
 

@@ -1,4 +1,4 @@
-"""The invariants every registered memory must pass (DESIGN.md), parametrised over the registry,
+"""The invariants every registered memory must pass (docs/architecture.md), parametrised over the registry,
 so a new plugin inherits them by registering. The checks themselves are memzoo.suites.invariants,
 which `memzoo check PLUGIN` runs too: these tests are thin wrappers over the same functions."""
 from __future__ import annotations

@@ -143,7 +143,7 @@ def test_paired_test_marks_a_known_margin_that_the_unpaired_one_drowns() -> None
 
 
 def test_paired_t_by_hand() -> None:
-    mean, half, p = paired_t([0.015, 0.010, 0.036])  # the infini-delta - local: ±0.034, p 0.13
+    mean, half, p = paired_t([0.015, 0.010, 0.036])  # the quick suite's infini-delta - local: ±0.034, p 0.13
     assert mean == pytest.approx(0.020333, abs=1e-6) and half == pytest.approx(0.03427, abs=1e-4)
     assert p == pytest.approx(0.1253, abs=1e-3)
     assert paired_t([0.5, 0.5, 0.5])[2] == 0.0 and paired_t([0.0, 0.0])[2] == 1.0

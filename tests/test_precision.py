@@ -66,7 +66,7 @@ def test_bf16_on_a_cpu_with_bf16_units_does_not_warn(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("text,units", [
-    ("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n", False),  # AVX2 only (the issue's machine)
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n", False),  # AVX2 only (this project's CPU machine)
     ("flags\t\t: fpu avx2 avx512f avx512_bf16\n", True),
     ("flags\t\t: fpu avx2 amx_tile amx_bf16\n", True),
     ("Features\t: fp asimd sve bf16 i8mm\n", True),  # aarch64
@@ -141,7 +141,7 @@ def test_auto_off_linux_picks_fp32_without_reading_flags(cpu_caps, monkeypatch) 
 
 
 def test_this_machine_without_bf16_units_resolves_auto_to_fp32() -> None:
-    """The issue's machine (AVX2 only): auto is fp32, with the reason; skipped on a bf16-capable CPU."""
+    """This project's CPU machine (AVX2 only): auto is fp32, with the reason; skipped on a bf16-capable CPU."""
     flags = precision.cpu_flags()
     if flags is None or flags & precision.BF16_CPU_FLAGS:
         pytest.skip("this CPU has bf16 units (or no readable flags): the AVX2-only case does not apply")

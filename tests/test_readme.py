@@ -20,20 +20,28 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def readme_plugin_source() -> str:
     """The README's plugin example (the first Python block under "Register a memory")."""
-    text = README.read_text().split("## Register a memory", 1)[1]
-    return re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+    return readme_blocks()[0]
+
+
+def readme_blocks() -> list[str]:
+    """The Python blocks under "Register a memory", as printed: the plugin, then the lines that build it."""
+    text = README.read_text().split("## Register a memory", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
 def test_readme_plugin_example_registers_a_working_memory() -> None:
+    """The printed code, run verbatim, builds a model (with `ModelConfig` from `memzoo` itself) that
+    streams as it runs one-shot, reads its state, and has the footprint it declares."""
     from memzoo.core.plugins import unregister_memory
 
-    code = readme_plugin_source()
+    plugin, build = readme_blocks()[:2]
+    assert "from memzoo import MemoryModel, ModelConfig" in build, "the example must build its model from memzoo's API"
     namespace: dict = {}
-    exec(compile(code, "README example", "exec"), namespace)
+    exec(compile(plugin, "README example", "exec"), namespace)
+    exec(compile(build, "README example, built", "exec"), namespace)
     try:
-        from conftest import tiny_model
-
-        model = tiny_model("my-decay")
+        model = namespace["model"]
+        assert model.method == "my-decay"
         x = torch.randint(0, 256, (2, 3, 8), generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             one_shot = model(x)

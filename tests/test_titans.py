@@ -257,7 +257,7 @@ def test_short_segment_still_writes(variant: str) -> None:
 
 @pytest.mark.parametrize("variant", ["mac", "mag"])
 def test_no_nan_on_extreme_inputs(variant: str) -> None:
-    """Inputs of 1e4 over 12 segments (float32): outputs, state and gradients stay finite (#29)."""
+    """Inputs of 1e4 over 12 segments (float32): outputs, state and gradients stay finite (titans-pytorch #29)."""
     mem = plugin(variant).float()
     x = layer_inputs(12, scale=1e4)
     x = LayerInputs(*(t.detach().float().requires_grad_() for t in (x.h, x.q, x.k, x.v)), x.reset, x.attend,

@@ -31,7 +31,7 @@ from typing import Callable
 
 import torch
 
-# The port's configuration (the table): model, segment, batch and truncation.
+# The port's configuration (the table of the port's settings): model, segment, batch and truncation.
 DIM, DEPTH, HEADS, DIM_HEAD = 256, 4, 4, 64
 SEGMENT, BATCH, LENGTH, DETACH_EVERY = 256, 4, 2048, 2
 SIDES = ("memzoo", "port")

@@ -1,4 +1,4 @@
-"""ARMT's write from raw and from unit-RMS memory-token outputs (`write_norm`, issue 24): recall
+"""ARMT's write from raw and from unit-RMS memory-token outputs (`write_norm`): recall
 against the gap per variant (mean over seeds ± 95% t) and each variant minus the paper's, paired by
 seed (the same backbone weights, batches and examples at a seed), with the per-example bootstrap.
 

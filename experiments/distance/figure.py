@@ -1,11 +1,13 @@
-"""The README's distance figure: the shipped `distance` references and the given result folders,
-one line per variant, a point only where every seed of that variant was measured (some runs add
-gaps, e.g. 24-48 or 512, that others lack; a point over fewer seeds would carry a wider interval).
+"""A distance figure with rows beyond the shipped ones: the shipped `distance` references and the
+given result folders, one line per variant, a point only where every seed of that variant was
+measured. The README's figure is drawn from the shipped rows alone by `memzoo figures`; this draws
+the fuller one from local result folders (e.g. ARMT, and RMT with stage 1 at 20,000 steps, whose
+rows are not shipped).
 
     python experiments/distance/figure.py OUT.png [RESULTS_DIR ...] [--drop METHOD ...]
 
-RESULTS_DIR: distance suite folders (results.parquet). The README's figure (2026-11-26):
-    python experiments/distance/figure.py docs/distance/distance.png --drop rmt \\
+RESULTS_DIR: distance suite folders (results.parquet). E.g. (2026-11-26):
+    python experiments/distance/figure.py distance-all.png --drop rmt \\
         RMT20K RMT20K_S12 ARMT_S0 ARMT_S1 ARMT_S2 ARMT_RMS_KV
 (--drop rmt: the shipped 5,000-step RMT sits on the recall plateau; the folders with stage 1 at
 20,000 steps, seed 0 and seeds 1-2, replace it).
@@ -13,25 +15,12 @@ RESULTS_DIR: distance suite folders (results.parquet). The README's figure (2026
 from __future__ import annotations
 
 import argparse
-import json
 
 import pandas as pd
 
 from memzoo.analysis import load_results
-from memzoo.analysis.distance import distance_curves
-from memzoo.analysis.recipes import variant_labels
+from memzoo.analysis.distance import common_gaps_only, distance_curves
 from memzoo.suites.references import load_references
-
-
-def common_gaps_only(df: pd.DataFrame) -> pd.DataFrame:
-    """Each run's distance rows cut to the gaps every run of its variant measured."""
-    variants = variant_labels(df)
-    gaps = {i: {r["gap_segments"] for r in json.loads(j)} for i, j in df["distance_json"].items()}
-    common = {v: set.intersection(*(gaps[i] for i in idx)) for v, idx in variants.groupby(variants).groups.items()}
-    out = df.copy()
-    out["distance_json"] = [json.dumps([r for r in json.loads(j) if r["gap_segments"] in common[v]])
-                            for j, v in zip(df["distance_json"], variants)]
-    return out
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 10, experiment 6: continue RMT (exp5's last stage) and Memorizing (exp4's stage 1) with
+# Long-range recipe, experiment 6: continue RMT (exp5's last stage) and Memorizing (exp4's stage 1) with
 # mixed-gap stages and the corpus loss mixed in (lm_fraction 0.25). Run from the repository root
 # after `memzoo compare experiments/longrange/exp4.yaml` and `... exp5.yaml`; `$1` is rmt or memorizing.
 set -e

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 10, experiment 7: length generalisation, and why the far keys fail. Run from the repository
+# Long-range recipe, experiment 7: length generalisation, and why the far keys fail. Run from the repository
 # root after exp6.sh (its runs in results/exp6); `$1` picks the branch:
 #   rmt     RMT (from exp6's rmt-c) with keys 0-13 segments back at 1,916-1,948 bytes;
 #   tau     Memorizing (from exp6's mem-a): mem-b, the temperature τ at 50x the learning rate

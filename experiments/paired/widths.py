@@ -1,4 +1,4 @@
-"""Issue 22's before/after measurement: the quick suite's difference from `local` per method, with its
+"""Common random numbers, before and after: the quick suite's difference from `local` per method, with its
 unpaired (Welch) and paired 95% half-widths, from two results tables (before: the shared initialisation
 stream; after: common random numbers). Prints markdown tables.
 

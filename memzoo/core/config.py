@@ -38,7 +38,7 @@ class ModelConfig:
     checkpoint_activations: bool = False
     # small: normal(0.02), residual projections 0.02/sqrt(2 n_layers) (GPT-2's); torch: PyTorch's own
     # defaults (Linear kaiming-uniform, Embedding N(0, 1)), with which tiny models trained from scratch
-    # learn associative recall (the capacity suite; README "Which memory recalls the most ...").
+    # learn associative recall (the capacity suite; docs/results.md, "Recall per number of state").
     init: str = "small"
     # Head width D (even: RoPE rotates pairs). None: d_model // n_heads (the usual tie). Set, it frees
     # the head width from the head count: W_Q,K,V map d_model -> n_heads x head_dim = d_inner and W_O

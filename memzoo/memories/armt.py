@@ -22,8 +22,8 @@ tokens written at once from the same A, z (the paper's batched sum, as the autho
     z  ← z + Σ_i γ_i k_i                                                (z is NOT weighted by β)
 
 Not in the paper (`write_norm`, default none): `rms` takes k, v and β from the memory tokens' outputs
-scaled to unit RMS, m̂ = m / sqrt(mean(m²) + 1e-6), bounding the read -> write loop (issue 24's
-diagnosis); `rms-kv` takes k and v from m̂ and β from m.
+scaled to unit RMS, m̂ = m / sqrt(mean(m²) + 1e-6), bounding the read -> write loop (the `distance`
+suite's diagnosis); `rms-kv` takes k and v from m̂ and β from m.
 ε = 1e-5 (`eps`) where the authors' single-head code has it (the paper writes the ratios bare).
 Not in the paper (`norm_floor`, 0 restores it): the read's and v̄'s denominators are at least
 ‖φ‖² (a written key has zᵀk >= ‖k‖², so this never binds at one); without it a query whose DPFP

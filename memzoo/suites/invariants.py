@@ -1,4 +1,4 @@
-"""The invariants every memory must pass (DESIGN.md), as plain functions on a tiny model, so the
+"""The invariants every memory must pass (docs/architecture.md), as plain functions on a tiny model, so the
 project's parametrised tests and `memzoo check PLUGIN` run one implementation.
 
 Each `check_xxx(method, options)` builds the tiny model afresh, returns None when the invariant

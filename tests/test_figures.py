@@ -1,0 +1,123 @@
+"""Results that cannot go stale: every generated table in README.md and docs/ equals the table of the
+shipped rows, every results figure records the hash of the rows it was drawn from, and every method
+keeps one colour and marker of its own. Fast: no training, no drawing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memzoo.analysis.palette import SPARE_MARKERS, STYLES, style, variant_lines
+from memzoo.core.config import ConfigError
+from memzoo.core.plugins import registered
+from memzoo.suites.figures import (ARCHIVED, FIGURES, ROWS_KEY, all_tables, pages, png_text, render, rows_stamp,
+                                   stale_figures, stale_pages)
+from memzoo.suites.references import load_references
+from memzoo.suites.tables import TABLES, markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+@pytest.fixture(scope="module")
+def shipped() -> dict[str, str]:
+    """Every generated table of the shipped rows (computed once: the statistics take seconds)."""
+    return all_tables()
+
+
+def test_every_generated_block_equals_the_table_of_the_shipped_rows(shipped: dict[str, str]) -> None:
+    stale = stale_pages(ROOT, tables=shipped)
+    assert not stale, f"stale generated tables in {[str(p.relative_to(ROOT)) for p in stale]}: run `memzoo figures`"
+    used = {name for page in pages(ROOT) for name in TABLES if f"<!-- generated:{name} -->" in page.read_text()}
+    assert used == set(TABLES), f"tables generated but shown nowhere: {sorted(set(TABLES) - used)}"
+
+
+def test_a_changed_shipped_row_makes_its_block_stale(shipped: dict[str, str]) -> None:
+    rows = load_references("quick").copy()
+    local = rows["method"] == "local"
+    rows.loc[local, "valid_bpb"] = rows.loc[local, "valid_bpb"] + 0.5  # local worse: every difference moves
+    changed = {**shipped, "quick-table": TABLES["quick-table"][1](rows)}
+    assert "4.537 ± 0.134" in changed["quick-table"]  # local's mean, moved by 0.5
+    stale = stale_pages(ROOT, tables=changed)
+    assert ROOT / "README.md" in stale and DOCS / "results.md" in stale
+
+
+def test_the_tables_state_their_seeds_and_fit_the_page(shipped: dict[str, str]) -> None:
+    rows = load_references("distance")
+    one_seed = rows[(rows["method"] == "rmt")]["seed"].unique()
+    table = shipped["distance-table"]
+    line = next(l for l in table.splitlines() if l.startswith("| `rmt`"))
+    assert line.split(" | ")[1] == ", ".join(str(s) for s in sorted(one_seed))  # one seed, said in the row
+    for text in shipped.values():
+        header = text.splitlines()[0]
+        assert "seeds" in header and header.count("|") - 1 <= 8, header
+    with pytest.raises(ValueError, match="9 columns"):
+        markdown([str(i) for i in range(9)], [])
+
+
+def test_a_block_left_open_or_unknown_is_an_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match="quick-table"):
+        render("<!-- generated:quick-table -->\nold\n", {"quick-table": "new\n"})
+    with pytest.raises(ConfigError, match="no-such-table"):
+        render("<!-- generated:no-such-table -->\nold\n<!-- /generated -->", {"quick-table": "new\n"})
+    assert render("a\n<!-- generated:t -->\nold\n<!-- /generated -->\nb", {"t": "new\n"}) == \
+        "a\n<!-- generated:t -->\nnew\n<!-- /generated -->\nb"
+
+
+def test_every_figure_records_the_hash_of_the_shipped_rows() -> None:
+    assert not stale_figures(DOCS), f"stale figures (run `memzoo figures`): {stale_figures(DOCS)}"
+    for rel, suite in FIGURES.items():
+        assert png_text(DOCS / rel)[ROWS_KEY] == rows_stamp(suite)
+
+
+def test_a_figure_of_other_rows_is_stale(tmp_path: Path) -> None:
+    """A PNG whose text chunk names other rows (or none) is reported, with the shipped rows' stamp."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for rel in FIGURES:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        fig = plt.figure(figsize=(1, 1))
+        fig.savefig(tmp_path / rel, metadata={ROWS_KEY: "quick sha256:0"})
+        plt.close(fig)
+    stale = stale_figures(tmp_path)
+    assert set(stale) == set(FIGURES)
+    assert rows_stamp("distance") in stale["distance/distance.png"]
+
+
+def test_every_figure_in_docs_is_generated_or_says_where_it_comes_from() -> None:
+    on_disk = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.png")}
+    unexplained = on_disk - set(FIGURES) - set(ARCHIVED)
+    assert not unexplained, f"figures neither generated nor archived with their source: {sorted(unexplained)}"
+    assert not (set(FIGURES) | set(ARCHIVED)) - on_disk, "a listed figure is missing"
+
+
+def test_every_method_has_a_colour_and_marker_of_its_own() -> None:
+    methods = [m for m in registered() if m in STYLES or not m.startswith("test")]
+    missing = [m for m in methods if m not in STYLES and registered()[m].cls.__module__.startswith("memzoo.")]
+    assert not missing, f"in-tree methods without a style in memzoo.analysis.palette: {missing}"
+    colours = [c for c, _ in STYLES.values()]
+    assert len(set(colours)) == len(colours), "two methods share a colour"
+    assert len(set(STYLES.values())) == len(STYLES)
+    assert style("titans-mag") != style("deltanet") and style("titans-mac") != style("infini-linear")
+    assert style("infini-delta normalizer=gamma") == style("infini-delta")  # a variant keeps its method's
+    assert style("my-plugin") == style("my-plugin") and style("my-plugin")[0] not in colours
+    markers = [m for _, m in STYLES.values()] + list(SPARE_MARKERS)
+    assert not [m for m in markers if m in "x+|_.,1234"], "seaborn cannot mix filled and line-art markers"
+    assert variant_lines(["a x=1", "a x=2", "b"]) == {"a x=1": "-", "a x=2": "--", "b": "-"}
+
+
+def test_the_command_reports_then_rewrites_a_stale_block(tmp_path: Path, capsys) -> None:
+    from memzoo.cli import main
+
+    (tmp_path / "docs").mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- generated:capacity-table -->\n| old |\n<!-- /generated -->\n")
+    assert main(["figures", "--root", str(tmp_path), "--check", "--no-figures"]) == 1
+    assert "stale tables: README.md" in capsys.readouterr().out and "| old |" in readme.read_text()
+    assert main(["figures", "--root", str(tmp_path), "--no-figures"]) == 0
+    assert "| `titans-mac` (depth 2) | 0, 1, 2 | 8,192 |" in readme.read_text()
+    assert main(["figures", "--root", str(tmp_path / "nowhere")]) == 2
+    assert "expected a memzoo checkout" in capsys.readouterr().err
