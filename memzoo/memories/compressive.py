@@ -137,10 +137,10 @@ class CompressiveTransformer(LayerMemory):
         return {"mem": self.cfg.mem_len, "cmem": self.cfg.cmem_len, "pend": self.rate - 1}
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
-        """Per part: float32 slots [B, C, d_model] (oldest first) and a bool `<part>_valid` [B, C]."""
+        """Per part: slots [B, C, d_model] (oldest first; the policy's state dtype) and a bool `<part>_valid` [B, C]."""
         state: State = {}
         for part, capacity in self._capacities().items():
-            buf = fifo_init(batch_size, capacity, {"h": (self.model_cfg.d_model,)}, device, torch.float32)
+            buf = fifo_init(batch_size, capacity, {"h": (self.model_cfg.d_model,)}, device, self.state_dtype())
             state[part], state[f"{part}_valid"] = buf["h"], buf["valid"]
         return state
 
@@ -180,7 +180,8 @@ class CompressiveTransformer(LayerMemory):
         dev = state["pend_valid"].device
         pending = state["pend_valid"].sum(dim=1, keepdim=True)  # [B, 1]: p, states between cm and m
         j = torch.arange(first["cmem"], n_cm, device=dev)  # compressed slots kept
-        cm_pos = -(n_m + pending) - (n_cm - 1 - j) * c - (c + 1) / 2  # [B, F_cm]: group centres
+        dtype = self.working_dtype(x.q)  # positions in the policy's dtype (half-integers: exact in either)
+        cm_pos = (-(n_m + pending) - (n_cm - 1 - j) * c).to(dtype) - (c + 1) / 2  # [B, F_cm]: group centres
         i = torch.arange(first["pend"], c - 1, device=dev)  # pending slots kept (newest last)
         pend_pos = (-n_m - (c - 1 - i)).expand(pending.shape[0], -1)  # [B, F_p]: just before m
         m_pos = slot_positions(n_m, dev)[first["mem"]:].expand(pending.shape[0], -1)  # [B, F_m]: -F_m .. -1
@@ -229,7 +230,7 @@ class CompressiveTransformer(LayerMemory):
 
     def _reconstruction_loss(self, x: SegmentInputs, old: Tensor, compressed: Tensor, group_valid: Tensor) -> Tensor:
         """|| attn(SG(Q), SG(old)) − attn(SG(Q), f_c(SG(old))) ||², gradient to f_c only."""
-        q = x.q.detach().float()  # [B, H, N, D]
+        q = x.q.detach().to(old.dtype)  # [B, H, N, D] in the state's dtype
         with torch.no_grad():
             k_old, v_old = x.project_kv(old)  # [B, H, G·c, D]: the target, fixed
             target = masked_attention(q, k_old, v_old, group_valid.repeat_interleave(self.rate, dim=1))
@@ -244,7 +245,7 @@ class CompressiveTransformer(LayerMemory):
 
         aux = zero_loss(x.q)
         with torch.autocast(device_type=x.q.device.type, enabled=False):
-            mem, evicted = fifo_push(self._part(state, "mem"), {"h": x.h.detach().float()})  # [B, n_m, d]
+            mem, evicted = fifo_push(self._part(state, "mem"), {"h": x.h.detach()})  # [B, n_m, d]
             old, group_valid, pending = self._groups(state, evicted)  # old: SG(·) already
             compressed = self.compressor(old)  # [B, G, d]
             train_compressor = any(p.requires_grad for p in self.compressor.parameters())

@@ -164,8 +164,8 @@ class InfiniAttention(LayerMemory):
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         h, d = self.n_heads, self.d_head
         return {
-            "M": torch.zeros(batch_size, h, d, d, device=device, dtype=torch.float32),  # [B, H, Dk, Dv]
-            "z": torch.zeros(batch_size, h, d, device=device, dtype=torch.float32),  # [B, H, Dk]
+            "M": torch.zeros(batch_size, h, d, d, device=device, dtype=self.state_dtype()),  # [B, H, Dk, Dv]
+            "z": torch.zeros(batch_size, h, d, device=device, dtype=self.state_dtype()),  # [B, H, Dk]
         }
 
     @classmethod
@@ -181,8 +181,9 @@ class InfiniAttention(LayerMemory):
         # Local causal attention does not depend on memory: all segments at once, RoPE inside.
         a_dot = x.local_attention()  # [B, S, H, N, D]
 
+        dtype = self.working_dtype(x.q)  # the precision policy: float64 stays, narrower becomes float32
         with torch.autocast(device_type=x.q.device.type, enabled=False):
-            sq, sk, v = sigma(x.q.float()), sigma(x.k.float()), x.v.float()  # memory path: no RoPE
+            sq, sk, v = sigma(x.q.to(dtype)), sigma(x.k.to(dtype)), x.v.to(dtype)  # memory path: no RoPE
             if self.cfg.rule == "linear" and self.cfg.vectorized:
                 a_mem, empty, state = self._linear_all_segments(sq, sk, v, x.reset, state)
             else:

@@ -77,7 +77,7 @@ class RecurrentMemory(ModelMemory):
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """M_0 for every row: the learned parameter, expanded (gradient reaches it)."""
-        mem = self.mem_init.to(device=device, dtype=torch.float32)
+        mem = self.mem_init.to(device=device, dtype=self.state_dtype())
         return {"mem": mem.unsqueeze(0).expand(batch_size, -1, -1)}  # [B, p, d_model]
 
     @classmethod
@@ -115,5 +115,5 @@ class RecurrentMemory(ModelMemory):
         return mask
 
     def leave(self, h: Tensor, state: State) -> State:
-        """M_s = the final layer's (normed) outputs at the write positions, float32: [B, p, d]."""
-        return {"mem": h[:, -self.p :].float()}
+        """M_s = the final layer's (normed) outputs at the write positions, in the policy's dtype: [B, p, d]."""
+        return {"mem": h[:, -self.p :].to(self.working_dtype(h))}
