@@ -27,7 +27,7 @@ enabled and the compressor has parameters (conv); `reconstruction_loss=False` sw
 
 Eviction of fewer than c states (the paper is silent). Groups of c are formed from the oldest
 evicted state of the document on; evicted states that do not yet fill a group wait in a pending
-buffer p of c − 1 slots (float32, counted in the footprint) and are compressed with the next ones.
+buffer p of c − 1 slots (state dtype, counted in the footprint) and are compressed with the next ones.
 So every evicted state is compressed exactly once, in time order, whatever the segment lengths
 (a final partial segment evicts fewer states). Before the FIFO is full nothing is evicted. Pending
 states are attended as they are, between cm and m: they are in the state anyway, and the context
@@ -44,8 +44,8 @@ Positions (RoPE over the concatenation, relative to the segment's first token 0)
 Documents: both memories and the pending buffer are emptied at a document boundary, per row.
 Empty slots are masked through bool `valid` flags, never attended as zero vectors, and each
 buffer is cut to its filled slots before attention (fifo.filled), so the keys projected and
-attended follow the states held, not mem_len + cmem_len. State is
-float32 whatever the autocast dtype. Footprint: d_model × (n_cm + n_m + c − 1) × l numbers per
+attended follow the states held, not mem_len + cmem_len. State follows the precision policy
+(float32 whatever the autocast dtype, float64 in a float64 model). Footprint: d_model × (n_cm + n_m + c − 1) × l numbers per
 row ("table1": the paper's d_model × (n_cm + n_m) × l, without the pending buffer).
 """
 from __future__ import annotations

@@ -30,7 +30,8 @@ First segment (the paper is silent): with M = 0 and z = 0 the read is 0/0. `firs
 (default) defines it as A_mem = 0 for a row/head whose memory has never been written, so the
 first segment's output is (1 − sigmoid(β)) A_dot; `first_read="skip"` uses A = A_dot there. The
 delta rule's inner read σ(K) M / (σ(K) z) follows the same rule, so the first delta write equals
-the linear one. Memory state is float32 whatever the autocast dtype.
+the linear one. Memory state and arithmetic follow the precision policy (float32 whatever the
+autocast dtype, float64 in a float64 model).
 
 σ is computed exactly, as x + 1 for x > 0 and exp(x) otherwise: `elu(x) + 1` cancels to 0 in
 float32 below about −16.6, and one such token made a 0/0 read (or, in the delta rule's inner

@@ -28,7 +28,7 @@ M_0 is a learned parameter [p, d_model] (normal, std `init_std`; 0.02 = the back
 init, as the Hugging-Face-based RMT code scales its memory to the embeddings' std). A fresh row
 and a row reset at a document boundary start from it, with gradient to it. Gradient flows through
 M across segments; the backbone detaches the state every train.bptt_segments segments, which is
-the BPTT truncation. The state is float32 under autocast.
+the BPTT truncation. The state follows the precision policy (float32 under autocast, float64 in a float64 model).
 """
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ first token, so memory slot i of C sits at i − C (negative) and RoPE sees the 
 offsets whether the input is streamed or run in one call.
 
 Documents: the memory is emptied at a document boundary (the original never does). An empty
-slot is masked through `valid`, never attended as a zero vector. State is float32 whatever the
-autocast dtype; the `valid` mask is bool bookkeeping.
+slot is masked through `valid`, never attended as a zero vector. State follows the precision
+policy (float32 whatever the autocast dtype, float64 in a float64 model); `valid` is bool bookkeeping.
 """
 from __future__ import annotations
 
