@@ -9,7 +9,8 @@ by gradient descent with momentum and forgetting on the associative loss
     M_t = (1 − α_t) M_{t−1} + S_t                    (forgetting α_t ∈ [0, 1])
 
 read by a forward pass M*(q). Carried state per layer: the weights and the momentum, 2·|θ_M|
-numbers per head, float32 (float64 in a float64 model). M_0 is a learned parameter (shared by the heads), not state.
+numbers per head, float32 (float64 in a float64 model). M_0 is a learned parameter (shared by the
+heads), not state.
 
 Keys, values, queries: the backbone's q, k, v (no positional encoding), each through a causal
 depthwise convolution (kernel `conv_kernel`, zero-padded at every segment start: no conv cache is
