@@ -162,4 +162,7 @@ def working_dtype(x: torch.Tensor | torch.dtype, floor: torch.dtype = torch.floa
     dtype = x if isinstance(x, torch.dtype) else x.dtype
     if dtype not in FLOATS or floor not in FLOATS:
         raise ValueError(f"working_dtype of {dtype} with floor {floor}; expected floating dtypes among {FLOATS}")
-    return torch.promote_types(dtype, floor)  # float64 wins over any floor; bf16 with fp16 meet at float32
+    if dtype == floor or dtype == torch.float64:
+        return dtype
+    # torch.promote_types in plain Python (it is a dispatched op, called at every layer and segment):
+    return torch.float64 if floor == torch.float64 else torch.float32  # float32 wins; bf16 with fp16 meet there

@@ -179,9 +179,9 @@ class CompressiveTransformer(LayerMemory):
         first = {part: capacity - parts[part]["valid"].shape[1] for part, capacity in self._capacities().items()}
         dev = state["pend_valid"].device
         pending = state["pend_valid"].sum(dim=1, keepdim=True)  # [B, 1]: p, states between cm and m
-        j = torch.arange(first["cmem"], n_cm, device=dev)  # compressed slots kept
-        dtype = self.working_dtype(x.q)  # positions in the policy's dtype (half-integers: exact in either)
-        cm_pos = (-(n_m + pending) - (n_cm - 1 - j) * c).to(dtype) - (c + 1) / 2  # [B, F_cm]: group centres
+        # compressed slots kept, counted in the policy's dtype: the positions are half-integers, exact in either
+        j = torch.arange(first["cmem"], n_cm, device=dev, dtype=self.working_dtype(x.q))
+        cm_pos = -(n_m + pending) - (n_cm - 1 - j) * c - (c + 1) / 2  # [B, F_cm]: group centres
         i = torch.arange(first["pend"], c - 1, device=dev)  # pending slots kept (newest last)
         pend_pos = (-n_m - (c - 1 - i)).expand(pending.shape[0], -1)  # [B, F_p]: just before m
         m_pos = slot_positions(n_m, dev)[first["mem"]:].expand(pending.shape[0], -1)  # [B, F_m]: -F_m .. -1
