@@ -127,16 +127,18 @@ def knn_faiss(q_hat: Tensor, keys: Tensor, valid: Tensor, k: int) -> tuple[Tenso
     kk = min(k, keys.shape[1])
     idx = torch.zeros(b, h, n, kk, dtype=torch.long)
     ok = torch.zeros(b, h, n, kk, dtype=torch.bool)
-    q_np = q_hat.detach().float().cpu().contiguous()
-    keys_cpu, valid_cpu = keys.detach().float().cpu(), valid.cpu()
+    # faiss searches float32 only: the cast happens in numpy, for the index lookup alone (no gradient, and
+    # no torch op narrower than the model's: what feeds the outputs stays in the state's dtype)
+    q_np = q_hat.detach().cpu().numpy().astype("float32")  # [B, H, N, D], C-contiguous
+    keys_cpu, valid_cpu = keys.detach().cpu(), valid.cpu()
     for row in range(b):
         slots = valid_cpu[row].nonzero().squeeze(-1)  # [V] slot index of each valid entry
         if slots.numel() == 0:
             continue
         for head in range(h):
             index = faiss.IndexFlatIP(keys.shape[-1])
-            index.add(keys_cpu[row, slots, head].contiguous().numpy())
-            _, found = index.search(q_np[row, head].numpy(), kk)  # [N, k'], -1 where none
+            index.add(keys_cpu[row, slots, head].numpy().astype("float32"))
+            _, found = index.search(q_np[row, head], kk)  # [N, k'], -1 where none
             found_t = torch.from_numpy(found).long()
             ok[row, head] = found_t >= 0
             idx[row, head] = slots[found_t.clamp(min=0)]
