@@ -14,4 +14,5 @@ LN2 = math.log(2.0)  # nats per bit: bits per byte = nats per byte / LN2
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Per-token negative log-likelihood in nats: logits [..., V], targets [...] -> [...] (float32, or
     float64 for float64 logits: the precision policy)."""
-    return F.cross_entropy(logits.to(working_dtype(logits)).flatten(0, -2), targets.flatten(), reduction="none").view(targets.shape)
+    flat = logits.to(working_dtype(logits)).flatten(0, -2)  # [T, V]
+    return F.cross_entropy(flat, targets.flatten(), reduction="none").view(targets.shape)
