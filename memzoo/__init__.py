@@ -15,9 +15,10 @@ from memzoo.core.config import ModelConfig  # noqa: E402  (the shared backbone's
 from memzoo.core.memory import LayerInputs, LayerMemory, ModelMemory, SegmentInputs, State  # noqa: E402
 from memzoo.core.model import MemoryModel, ModelState  # noqa: E402
 from memzoo.core.plugins import get_memory, register_memory, registered  # noqa: E402
+from memzoo.core.precision import working_dtype  # noqa: E402  (the memories' precision policy)
 from memzoo.running.configure import load_config  # noqa: E402
 from memzoo.running.train import train  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["LayerInputs", "LayerMemory", "MemoryModel", "ModelConfig", "ModelMemory", "ModelState", "SegmentInputs", "State",
-           "get_memory", "load_config", "register_memory", "registered", "train", "__version__"]
+           "get_memory", "load_config", "register_memory", "registered", "train", "working_dtype", "__version__"]

@@ -45,6 +45,11 @@ UNSTABLE = mutate("unstable-decay", '        out = local + state["avg"][:, :, No
                   '        e = torch.exp((x.q * state["avg"][:, :, None]).sum(-1, keepdim=True))  # [B, H, N, 1]\n'
                   '        out = local + e / (1 + e) * state["avg"][:, :, None]')
 
+# (e) casts its state to float32: a float64 model then computes its memory in float32.
+FLOAT32_STATE = mutate("float-decay", '{"avg": avg}', '{"avg": avg.float()}')
+# (f) keeps its state in the autocast dtype (bf16), not in the policy's float32.
+BF16_STATE = mutate("bf16-decay", '{"avg": avg}', '{"avg": avg.to(x.v.dtype)}')
+
 
 @pytest.fixture
 def plugin_file(tmp_path: Path) -> Iterator:
@@ -86,7 +91,9 @@ def test_readme_example_passes_every_invariant(plugin_file, capsys) -> None:
     (LYING, "lying-decay", "footprint", "measured 64 != analytic 63 after 1 segment(s)"),
     (STICKY, "sticky-decay", "reset", "reset row does not start from a fresh state"),
     (UNSTABLE, "unstable-decay", "finite", "not finite with the embedding x10000 and attention inputs x1000: logits"),
-], ids=["footprint", "reset", "finite"])
+    (FLOAT32_STATE, "float-decay", "precision", "float-decay: a float64 forward and backward ran"),
+    (BF16_STATE, "bf16-decay", "precision-bf16", "state[0]['avg'] bfloat16 (policy: float32)"),
+], ids=["footprint", "reset", "finite", "precision-float32-state", "precision-bf16-state"])
 def test_a_broken_plugin_fails_the_invariant_it_breaks(plugin_file, code: str, name: str, failing: str,
                                                        message: str) -> None:
     names = plugin_memories(str(plugin_file(code)))

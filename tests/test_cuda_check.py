@@ -25,6 +25,7 @@ def test_check_passes_a_correct_model_and_fails_a_planted_float32_error(monkeypa
     rows = cc.check("local", "local", {}, torch.device("cpu"))
     assert [r["precision"] for r in rows] == ["fp32", "tf32", "bf16"]
     assert all(r["ok"] for r in rows) and rows[0]["grad_rel"] < 1e-5
+    assert all(r["oracle"] == "cpu float64" for r in rows)
 
     real_gelu = F.gelu
 
@@ -89,3 +90,16 @@ def test_cudnn_sdpa_check_passes_right_gradients_and_flags_a_wrong_layout(monkey
     assert sc.main(["--device", "cpu", "--shapes", "cuda_check"]) == 1
     out = capsys.readouterr().out
     assert out.count("WRONG") == 2 and all("strided" in line for line in out.splitlines() if "WRONG" in line)
+
+
+def test_the_oracle_is_float64_for_compressive_too_and_a_float32_oracle_fails(monkeypatch) -> None:
+    """Compressive's oracle is float64 like every method's; an oracle that runs a float32 op (RoPE
+    tables built in float32, as before the precision policy) fails its rows, naming the op."""
+    rows = cc.check("compressive", "compressive", {}, torch.device("cpu"))
+    assert all(r["ok"] and r["oracle"] == "cpu float64" for r in rows), rows
+    from memzoo.core import attention
+
+    monkeypatch.setattr(attention, "working_dtype", lambda x: torch.float32)  # RoPE back in float32
+    rows = cc.check("local", "local", {}, torch.device("cpu"))
+    assert not any(r["ok"] for r in rows)
+    assert rows[0]["oracle"].startswith("cpu float64 with") and "float32" in rows[0]["oracle"]

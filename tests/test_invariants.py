@@ -61,6 +61,16 @@ def test_finite_at_extreme_inputs(case: tuple) -> None:
     inv.check_finite(case[1], case[2])
 
 
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_precision_float64_runs_no_narrower_op(case: tuple) -> None:
+    inv.check_precision(case[1], case[2])
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_precision_bf16_autocast_keeps_policy_state(case: tuple) -> None:
+    inv.check_precision_bf16(case[1], case[2])
+
+
 def test_every_implemented_method_has_a_card() -> None:
     cards = load_cards()
     missing = [m for m in METHODS if m not in cards]

@@ -368,3 +368,12 @@ def test_push_filled_writes_what_fifo_push_writes_from_the_oldest_key_on() -> No
         fills.append(seen_lazy["k"].shape[1])
         lazy["k"][:, : 10 - fills[-1]] = float("nan")  # slots before the filled part may hold anything
     assert fills == [3, 6, 9, 10, 10, 10, 10], "the stream reaches the full (shifting) case"
+
+
+def test_faiss_search_runs_no_float32_torch_op_in_a_float64_model() -> None:
+    """The faiss index is float32 only: its inputs are cast in numpy, so a float64 model with the faiss
+    backend still executes no narrower torch op (the `precision` invariant, on that backend)."""
+    pytest.importorskip("faiss")
+    from memzoo.suites.invariants import TINY_OPTIONS, check_precision
+
+    check_precision("memorizing", {**TINY_OPTIONS["memorizing"], "knn_backend": "faiss"})

@@ -1,5 +1,7 @@
 """train.precision: bf16 on a CPU without bf16 units warns once with the measured slowdown and the fix;
-auto picks fp32 on CPUs; bad values are clear errors; the CPU flags are read right."""
+auto picks fp32 on CPUs; bad values are clear errors; the CPU flags are read right. The memories'
+precision policy: float64 stays float64, narrower becomes float32 (or a plugin's declared floor),
+and a memory's state dtype follows the model's dtype."""
 from __future__ import annotations
 
 import warnings
@@ -191,3 +193,34 @@ def test_the_result_row_records_the_precision_and_why(tmp_path: Path) -> None:
         precision.auto_cpu_choice.cache_clear()
     assert row["precision"] == expected.precision and row["precision_reason"] == expected.reason
     assert row["precision_reason"].startswith("auto on CPU: ")
+
+
+@pytest.mark.parametrize("dtype, floor, expected", [
+    (torch.float64, torch.float32, torch.float64),
+    (torch.float32, torch.float32, torch.float32),
+    (torch.bfloat16, torch.float32, torch.float32),
+    (torch.float16, torch.float32, torch.float32),
+    (torch.bfloat16, torch.bfloat16, torch.bfloat16),  # a plugin that declares bf16 state
+    (torch.float64, torch.bfloat16, torch.float64),
+])
+def test_working_dtype_keeps_float64_and_widens_the_rest_to_the_floor(dtype, floor, expected) -> None:
+    assert precision.working_dtype(dtype, floor) == expected
+    assert precision.working_dtype(torch.zeros(1, dtype=dtype), floor) == expected
+
+
+def test_working_dtype_of_a_non_float_is_an_error_naming_it() -> None:
+    with pytest.raises(ValueError, match="working_dtype of torch.int64"):
+        precision.working_dtype(torch.int64)
+
+
+def test_a_memorys_state_dtype_follows_the_model_even_without_parameters() -> None:
+    """XL holds no parameter: its state dtype still follows model.double() and bf16 weights."""
+    from conftest import tiny_model
+
+    model = tiny_model("xl")
+    assert [m.state_dtype() for m in model.memories] == [torch.float32] * 2
+    model.double()
+    assert model.initial_state(2).layers[0]["h"].dtype == torch.float64
+    model.to(torch.bfloat16)
+    assert model.initial_state(2).layers[0]["h"].dtype == torch.float32  # the policy's floor
+    assert "_model_dtype" not in "".join(model.state_dict())  # not saved in checkpoints

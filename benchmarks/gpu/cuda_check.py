@@ -13,6 +13,10 @@ Rel. error = ||device - oracle|| / ||oracle|| over the logits, over every state 
 zeroed: they may hold uninitialised memory), and over all parameter gradients concatenated. Writes cuda_check.csv; exit status 1 when a check fails or is not
 finite. `--device cpu` runs the same code on the CPU (float32 there), for checking the script.
 
+The oracle is float64 for every method (the precision policy: a float64 model computes in float64
+throughout, Compressive included). Each oracle run records the dtype of every floating-point op
+of its forward and backward; a row whose oracle ran a narrower op fails and names the ops.
+
 Where fla imports on CUDA (`pip install memzoo[fla]`), the fla path is checked too, against the same
 oracles with FLA_TOL (fla's triangular solve runs in TF32: measured 1.7e-3 relative in fp32 and 7.8e-3
 in bf16 on one H100): both DeltaNets with kernel=fla through the model, and each fla kernel through
@@ -39,8 +43,6 @@ BF16_TOL = 5e-2  # 8-bit mantissa under autocast, through two layers and a recur
 FLA_TOL = {"fp32": 1e-2, "tf32": 1e-2, "bf16": BF16_TOL}
 FLA_KERNEL_TOL = {torch.float32: 1e-2, torch.bfloat16: 4e-2}
 B, S, N = 2, 4, 32
-# Memories whose state is float32 by design whatever the model's dtype: their oracle is the CPU in float32.
-FLOAT32_STATE = {"compressive": torch.float32}
 MODEL = dict(d_model=64, n_layers=2, n_heads=4, segment_len=N, mlp_ratio=2.0)
 
 # Options beyond each method's defaults: ARMT's W_V starts at zero in the paper (a silent memory with no
@@ -113,7 +115,7 @@ def run_model(model: torch.nn.Module, tokens: torch.Tensor, reset: torch.Tensor,
     device = tokens.device
     with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None), torch.set_grad_enabled(grad):
         out = model(tokens, None, reset)
-    logits = out.logits.float()
+    logits = out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))  # bf16 -> float32; float64 stays
     if grad:
         (logits * weight.to(device, logits.dtype)).sum().backward()
     states = [t for part in [*out.state.layers, out.state.model] for t in valid_slots(part)]
@@ -123,26 +125,24 @@ def run_model(model: torch.nn.Module, tokens: torch.Tensor, reset: torch.Tensor,
 
 def check(name: str, method: str, options: dict[str, Any], device: torch.device,
           tols: Optional[dict[str, float]] = None, grad: bool = True, note: str = "") -> list[dict[str, Any]]:
-    """Rows (one per precision) of the device's errors against the CPU oracle (float64 unless FLOAT32_STATE);
+    """Rows (one per precision) of the device's errors against the float64 CPU oracle;
     `tols` replaces the default tolerances, `grad` False checks the forward alone (`note` says why)."""
     from memzoo.core.model import MemoryModel
-    from memzoo.suites.invariants import tiny_memory_config, tiny_model_config
+    from memzoo.suites.invariants import FloatOps, tiny_memory_config, tiny_model_config
 
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 256, (B, S, N), generator=g)
     reset = torch.zeros(B, S, dtype=torch.bool)
     reset[1, 2] = True
     weight = torch.randn(B, S, N, 256, generator=g, dtype=torch.float64)
-    oracle_dtype = FLOAT32_STATE.get(method, torch.float64)
     build = lambda opts=options: MemoryModel(tiny_model_config(**MODEL), method, tiny_memory_config(method, opts)).train()  # noqa: E731
     torch.manual_seed(0)
     # the oracle runs PyTorch's form on the CPU (an fla case's kernel=fla would refuse the CPU)
-    oracle = build({**options, "kernel": "torch"} if "kernel" in options else options).to(oracle_dtype)  # dropout is 0 in the tiny config: train mode changes nothing random
-    torch.set_default_dtype(oracle_dtype)  # states a plugin creates from the default dtype, in the oracle's too
-    try:
+    oracle = build({**options, "kernel": "torch"} if "kernel" in options else options).double()  # dropout is 0 in the tiny config
+    with FloatOps() as ops:  # the oracle is float64 only if every op it ran was
         ref_logits, ref_states, ref_grads = run_model(oracle, tokens, reset, weight, None)
-    finally:
-        torch.set_default_dtype(torch.float32)
+    narrower = ops.narrower_than(torch.float64)
+    oracle_note = "cpu float64" if not narrower else f"cpu float64 with {len(narrower)} narrower op kind(s): {', '.join(narrower[:3])}"
     rows, tf32_before = [], (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     for precision in ("fp32", "tf32", "bf16"):
         model = build()
@@ -163,9 +163,9 @@ def check(name: str, method: str, options: dict[str, Any], device: torch.device,
             worst = max(per_param, key=lambda e: (math.isnan(e[0]), e[0]))  # where a failing gradient comes from
         tol = (tols or {"fp32": FP32_TOL, "tf32": TF32_TOL, "bf16": BF16_TOL})[precision]
         finite = all(math.isfinite(e) for e in errs.values())
-        ok = finite and (precision == "tf32" or max(errs.values()) <= tol)
+        ok = finite and not narrower and (precision == "tf32" or max(errs.values()) <= tol)
         rows.append({"case": name, "method": method, "precision": precision, "grad_rel": None, **errs, "tol": tol,
-                     "ok": ok, "worst_grad": f"{worst[1]} {worst[0]:.1e}", "oracle": f"cpu {str(oracle_dtype).removeprefix('torch.')}",
+                     "ok": ok, "worst_grad": f"{worst[1]} {worst[0]:.1e}", "oracle": oracle_note,
                      "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "note": note})
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32_before
     return rows
@@ -262,7 +262,7 @@ def print_row(r: dict[str, Any]) -> None:
         return
     grads = "grads (forward only)" if r["grad_rel"] is None else f"grads {r['grad_rel']:.1e}"
     print(f"{r['case']:26s} {r['precision']}  logits {r['logits_rel']:.1e}  state {r['state_rel']:.1e}  {grads}  "
-          f"(tol {r['tol']:.0e})  {'ok' if r['ok'] else 'FAIL, worst grad: ' + r['worst_grad']}"
+          f"(tol {r['tol']:.0e}; oracle {r.get('oracle', '-')})  {'ok' if r['ok'] else 'FAIL, worst grad: ' + r['worst_grad']}"
           f"{'  ' + r['note'] if r.get('note') else ''}", flush=True)
 
 
@@ -276,6 +276,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print("benchmarks/gpu/cuda_check.py: no CUDA device here, nothing checked (run it on a machine with a GPU)")
         return 0
+    print("CPU oracle: float64 for every method (each row checks that its oracle ran float64 ops only)", flush=True)
     rows = []
     no_fla = fla_here(device)
     print(f"fla: {'not checked (' + no_fla + ')' if no_fla else 'imports; its path is checked too'}", flush=True)

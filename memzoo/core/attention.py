@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from memzoo.core.precision import working_dtype
+
 
 @contextmanager
 def cudnn_sdpa_off() -> Iterator[None]:
@@ -48,12 +50,13 @@ def rope(x: Tensor, pos: Tensor, base: float) -> Tensor:
     """
     d = x.shape[-1]
     half = d // 2
-    inv_freq = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # [D/2]
-    angle = pos.to(torch.float32)[..., None] * inv_freq  # [L, D/2] or [B, L, D/2]
+    dtype = working_dtype(x)  # tables and rotation in float32, or float64 for a float64 x (the policy)
+    inv_freq = base ** (-torch.arange(half, device=x.device, dtype=dtype) / half)  # [D/2]
+    angle = pos.to(dtype)[..., None] * inv_freq  # [L, D/2] or [B, L, D/2]
     if angle.dim() == 3:
         angle = angle[:, None]  # [B, 1, L, D/2]
     cos, sin = angle.cos(), angle.sin()
-    x1, x2 = x[..., :half].float(), x[..., half:].float()
+    x1, x2 = x[..., :half].to(dtype), x[..., half:].to(dtype)
     out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
     return out.to(x.dtype)
 

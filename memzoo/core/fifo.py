@@ -132,6 +132,6 @@ def kv_prefix(cache: State) -> KVPrefix | None:
 
 
 def push_kv(cache: State, k: Tensor, v: Tensor) -> tuple[State, State]:
-    """Append a segment's keys and values (k, v [B, H, N, D]) with gradient stopped, in float32."""
-    new = {"k": k.transpose(1, 2).detach().float(), "v": v.transpose(1, 2).detach().float()}  # [B, N, H, D]
+    """Append a segment's keys and values (k, v [B, H, N, D]) with gradient stopped, in the cache's dtype."""
+    new = {"k": k.transpose(1, 2).detach(), "v": v.transpose(1, 2).detach()}  # [B, N, H, D]; fifo_push casts
     return fifo_push(cache, new)

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from memzoo.core.attention import LocalAttention
 from memzoo.core.config import ModelConfig
+from memzoo.core.precision import working_dtype
 
 State = dict[str, Tensor]
 
@@ -78,7 +79,8 @@ class SegmentInputs:
 
 
 def zero_loss(ref: Tensor) -> Tensor:
-    return ref.new_zeros((), dtype=torch.float32)
+    """A zero auxiliary loss in the policy's dtype for `ref` (float64 in a float64 model, else float32)."""
+    return ref.new_zeros((), dtype=working_dtype(ref))
 
 
 def where_rows(rows: Tensor, fresh: State, state: State) -> State:
@@ -104,12 +106,26 @@ class _Memory(nn.Module):
     legacy_options: ClassVar[dict[str, Any]] = {}
     # Parameters whose optimiser settings differ: {parameter-name suffix: {"lr_mult": x, "weight_decay": y}}.
     optim_overrides: dict[str, dict[str, float]]
+    # The precision policy (memzoo.core.precision.working_dtype): the narrowest dtype this memory keeps
+    # its state and recurrence in. A float64 model is float64 throughout; fp32, bf16 or fp16 weights and
+    # bf16/fp16 autocast give float32 with this default. A plugin whose state may be bf16 sets bfloat16.
+    state_floor: ClassVar[torch.dtype] = torch.float32
 
     def __init__(self, cfg: Any, model: ModelConfig):
         super().__init__()
         self.cfg = cfg
         self.model_cfg = model
         self.optim_overrides = {}
+        # Follows the model's dtype through .double()/.to(): what `state_dtype` reads (not saved).
+        self.register_buffer("_model_dtype", torch.empty(0), persistent=False)
+
+    def state_dtype(self) -> torch.dtype:
+        """The dtype of this memory's floating state: the policy applied to the model's dtype."""
+        return working_dtype(self._model_dtype.dtype, self.state_floor)
+
+    def working_dtype(self, x: Tensor) -> torch.dtype:
+        """The dtype of this memory's arithmetic on inputs like x (under autocast: x's autocast dtype)."""
+        return working_dtype(x, self.state_floor)
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """A fresh state for `batch_size` rows (what a document starts from)."""

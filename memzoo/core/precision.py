@@ -8,6 +8,11 @@ against 150-180). There `bf16` warns once, naming the measured slowdown and the 
 names bf16 units (avx512_bf16, amx_bf16; aarch64 bf16) and a short timed 256 x 256 matrix product
 runs faster in bf16 than in fp32; fp32 everywhere else. `precision_choice` says which and why (the
 run's result row records both).
+
+The memories' precision policy (`working_dtype`) is the one rule every memory's state and recurrence
+follow: a float64 model computes in float64 throughout (the oracle the pins and the CUDA check rely
+on); anything narrower (fp32 weights, bf16 or fp16 weights or autocast) computes the state in float32,
+or in the narrowest dtype a plugin declares (`_Memory.state_floor`, see docs/plugins.md).
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from typing import Optional
 import torch
 
 PRECISIONS = ("fp32", "bf16", "auto")
+FLOATS = (torch.float64, torch.float32, torch.bfloat16, torch.float16)  # the dtypes the policy knows
 BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})  # x86 /proc/cpuinfo flags; aarch64 Features
 _warned = False  # the slow-bf16 warning is given once per process
 
@@ -147,3 +153,16 @@ def autocast_context(precision: str, device: torch.device):
     if resolve_precision(precision, device) == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def working_dtype(x: torch.Tensor | torch.dtype, floor: torch.dtype = torch.float32) -> torch.dtype:
+    """A memory's state and recurrence dtype for inputs or weights of `x`'s dtype: float64 stays
+    float64 (the reference), anything narrower is widened to `floor` (float32 unless a plugin
+    declares a narrower state)."""
+    dtype = x if isinstance(x, torch.dtype) else x.dtype
+    if dtype not in FLOATS or floor not in FLOATS:
+        raise ValueError(f"working_dtype of {dtype} with floor {floor}; expected floating dtypes among {FLOATS}")
+    if dtype == floor or dtype == torch.float64:
+        return dtype
+    # torch.promote_types in plain Python (it is a dispatched op, called at every layer and segment):
+    return torch.float64 if floor == torch.float64 else torch.float32  # float32 wins; bf16 with fp16 meet there

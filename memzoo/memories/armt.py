@@ -161,9 +161,10 @@ class AssociativeRecurrentMemory(ModelMemory):
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """A = 0, z = 0 in every layer, and no row written yet."""
         state: State = {"written": torch.zeros(batch_size, dtype=torch.bool, device=device)}  # [B]
+        dtype = self.state_dtype()  # the precision policy: float32 under autocast, float64 in a float64 model
         for i in range(self.model_cfg.n_layers):
-            state[f"A.{i}"] = torch.zeros(batch_size, self.d_key, self.model_cfg.d_model, device=device)  # [B, d_key, d]
-            state[f"z.{i}"] = torch.zeros(batch_size, self.d_key, device=device)  # [B, d_key]
+            state[f"A.{i}"] = torch.zeros(batch_size, self.d_key, self.model_cfg.d_model, device=device, dtype=dtype)  # [B, d_key, d]
+            state[f"z.{i}"] = torch.zeros(batch_size, self.d_key, device=device, dtype=dtype)  # [B, d_key]
         return state
 
     @classmethod
@@ -179,10 +180,6 @@ class AssociativeRecurrentMemory(ModelMemory):
         token_mask[:n] = True
         return torch.cat((x, mem), dim=1), token_mask
 
-    def _dtype(self, x: Tensor) -> torch.dtype:
-        """The memory's arithmetic: float32 at least (float64 for a float64 model)."""
-        return torch.promote_types(x.dtype, torch.float32)
-
     def before_layer(self, index: int, x: Tensor, state: State) -> Tensor:
         """The read at layer `index`'s input, every position: x + A φ(W_Q x) / (zᵀ φ(W_Q x) + ε); rows never written unchanged."""
         written = state["written"]  # [B]
@@ -190,7 +187,7 @@ class AssociativeRecurrentMemory(ModelMemory):
             return x  # every row empty: skip the read
         layer = self.layers[index]
         with torch.autocast(device_type=x.device.type, enabled=False):
-            h = x.to(self._dtype(x))
+            h = x.to(self.working_dtype(x))
             phi_q = dpfp(F.linear(h, layer.W_Q.weight.to(h.dtype)), self.nu)  # [B, N', d_key]
             A, z = state[f"A.{index}"].to(h.dtype), state[f"z.{index}"].to(h.dtype)
             read = associative_read(phi_q, A, z, self.eps, self.floor)  # [B, N', d]
@@ -201,7 +198,7 @@ class AssociativeRecurrentMemory(ModelMemory):
         """The write from layer `index`'s output at the m memory-token positions (Eqs. 1–3)."""
         layer = self.layers[index]
         with torch.autocast(device_type=x.device.type, enabled=False):
-            mem = x[:, -self.m :].to(self._dtype(x))  # [B, m, d] the memory tokens' outputs
+            mem = x[:, -self.m :].to(self.working_dtype(x))  # [B, m, d] the memory tokens' outputs
             kv_in = mem if self.write_norm == "none" else unit_rms(mem)  # [B, m, d] (unit RMS: not in the paper)
             beta_in = kv_in if self.write_norm == "rms" else mem  # [B, m, d]
             w = lambda lin: lin.weight.to(mem.dtype)  # noqa: E731

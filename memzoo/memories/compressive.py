@@ -27,7 +27,7 @@ enabled and the compressor has parameters (conv); `reconstruction_loss=False` sw
 
 Eviction of fewer than c states (the paper is silent). Groups of c are formed from the oldest
 evicted state of the document on; evicted states that do not yet fill a group wait in a pending
-buffer p of c − 1 slots (float32, counted in the footprint) and are compressed with the next ones.
+buffer p of c − 1 slots (state dtype, counted in the footprint) and are compressed with the next ones.
 So every evicted state is compressed exactly once, in time order, whatever the segment lengths
 (a final partial segment evicts fewer states). Before the FIFO is full nothing is evicted. Pending
 states are attended as they are, between cm and m: they are in the state anyway, and the context
@@ -44,8 +44,8 @@ Positions (RoPE over the concatenation, relative to the segment's first token 0)
 Documents: both memories and the pending buffer are emptied at a document boundary, per row.
 Empty slots are masked through bool `valid` flags, never attended as zero vectors, and each
 buffer is cut to its filled slots before attention (fifo.filled), so the keys projected and
-attended follow the states held, not mem_len + cmem_len. State is
-float32 whatever the autocast dtype. Footprint: d_model × (n_cm + n_m + c − 1) × l numbers per
+attended follow the states held, not mem_len + cmem_len. State follows the precision policy
+(float32 whatever the autocast dtype, float64 in a float64 model). Footprint: d_model × (n_cm + n_m + c − 1) × l numbers per
 row ("table1": the paper's d_model × (n_cm + n_m) × l, without the pending buffer).
 """
 from __future__ import annotations
@@ -137,10 +137,10 @@ class CompressiveTransformer(LayerMemory):
         return {"mem": self.cfg.mem_len, "cmem": self.cfg.cmem_len, "pend": self.rate - 1}
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
-        """Per part: float32 slots [B, C, d_model] (oldest first) and a bool `<part>_valid` [B, C]."""
+        """Per part: slots [B, C, d_model] (oldest first; the policy's state dtype) and a bool `<part>_valid` [B, C]."""
         state: State = {}
         for part, capacity in self._capacities().items():
-            buf = fifo_init(batch_size, capacity, {"h": (self.model_cfg.d_model,)}, device, torch.float32)
+            buf = fifo_init(batch_size, capacity, {"h": (self.model_cfg.d_model,)}, device, self.state_dtype())
             state[part], state[f"{part}_valid"] = buf["h"], buf["valid"]
         return state
 
@@ -179,7 +179,8 @@ class CompressiveTransformer(LayerMemory):
         first = {part: capacity - parts[part]["valid"].shape[1] for part, capacity in self._capacities().items()}
         dev = state["pend_valid"].device
         pending = state["pend_valid"].sum(dim=1, keepdim=True)  # [B, 1]: p, states between cm and m
-        j = torch.arange(first["cmem"], n_cm, device=dev)  # compressed slots kept
+        # compressed slots kept, counted in the policy's dtype: the positions are half-integers, exact in either
+        j = torch.arange(first["cmem"], n_cm, device=dev, dtype=self.working_dtype(x.q))
         cm_pos = -(n_m + pending) - (n_cm - 1 - j) * c - (c + 1) / 2  # [B, F_cm]: group centres
         i = torch.arange(first["pend"], c - 1, device=dev)  # pending slots kept (newest last)
         pend_pos = (-n_m - (c - 1 - i)).expand(pending.shape[0], -1)  # [B, F_p]: just before m
@@ -229,7 +230,7 @@ class CompressiveTransformer(LayerMemory):
 
     def _reconstruction_loss(self, x: SegmentInputs, old: Tensor, compressed: Tensor, group_valid: Tensor) -> Tensor:
         """|| attn(SG(Q), SG(old)) − attn(SG(Q), f_c(SG(old))) ||², gradient to f_c only."""
-        q = x.q.detach().float()  # [B, H, N, D]
+        q = x.q.detach().to(old.dtype)  # [B, H, N, D] in the state's dtype
         with torch.no_grad():
             k_old, v_old = x.project_kv(old)  # [B, H, G·c, D]: the target, fixed
             target = masked_attention(q, k_old, v_old, group_valid.repeat_interleave(self.rate, dim=1))
@@ -244,7 +245,7 @@ class CompressiveTransformer(LayerMemory):
 
         aux = zero_loss(x.q)
         with torch.autocast(device_type=x.q.device.type, enabled=False):
-            mem, evicted = fifo_push(self._part(state, "mem"), {"h": x.h.detach().float()})  # [B, n_m, d]
+            mem, evicted = fifo_push(self._part(state, "mem"), {"h": x.h.detach()})  # [B, n_m, d]
             old, group_valid, pending = self._groups(state, evicted)  # old: SG(·) already
             compressed = self.compressor(old)  # [B, G, d]
             train_compressor = any(p.requires_grad for p in self.compressor.parameters())

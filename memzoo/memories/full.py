@@ -35,8 +35,8 @@ class FullAttention(LayerMemory):
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         h, d = self.model_cfg.n_heads, self.model_cfg.d_head
         return {
-            "k": torch.zeros(batch_size, h, 0, d, device=device),  # [B, H, P, D]
-            "v": torch.zeros(batch_size, h, 0, d, device=device),
+            "k": torch.zeros(batch_size, h, 0, d, device=device, dtype=self.state_dtype()),  # [B, H, P, D]
+            "v": torch.zeros(batch_size, h, 0, d, device=device, dtype=self.state_dtype()),
             "valid": torch.zeros(batch_size, 0, dtype=torch.bool, device=device),  # [B, P]
         }
 
@@ -80,7 +80,8 @@ class FullAttention(LayerMemory):
         out = out.view(b, h, s, n, d).transpose(1, 2)  # [B, S, H, N, D]
 
         valid = key_ok & (key_doc == doc[:, -1:])  # only the last document's positions stay visible
-        state = {"k": k_all.float(), "v": v_all.float(), "valid": valid}  # float32 under autocast too
+        dtype = self.working_dtype(q)  # the precision policy: float32 under autocast, float64 stays
+        state = {"k": k_all.to(dtype), "v": v_all.to(dtype), "valid": valid}
         return out, self._trim(state), zero_loss(x.q)
 
     def _trim(self, state: State) -> State:
@@ -89,7 +90,7 @@ class FullAttention(LayerMemory):
         keep_from = 0
         if valid.shape[1]:
             any_valid = valid.any(dim=0)
-            keep_from = int(any_valid.float().argmax()) if bool(any_valid.any()) else valid.shape[1]
+            keep_from = int(any_valid.int().argmax()) if bool(any_valid.any()) else valid.shape[1]
         if self.cfg.max_len is not None:
             keep_from = max(keep_from, valid.shape[1] - self.cfg.max_len)
         if keep_from == 0:

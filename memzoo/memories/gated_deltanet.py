@@ -61,11 +61,6 @@ class GatedDeltaNetConfig:
     gate_weight_decay: float = 0.0  # weight decay on γ
 
 
-def working_dtype(t: Tensor) -> torch.dtype:
-    """The memory's arithmetic: float64 stays float64 (tests), anything narrower becomes float32."""
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
-
-
 def l2_normalise(x: Tensor, eps: float = 1e-6) -> Tensor:
     """x / ‖x‖ along the last axis (the delta rule needs ‖k‖ = 1 for I − β k kᵀ to be a contraction)."""
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
@@ -204,10 +199,10 @@ class GatedDeltaNet(LayerMemory):
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         h, d = self.n_heads, self.d_head
-        state = {"S": torch.zeros(batch_size, h, d, d, device=device, dtype=torch.float32)}  # [B, H, Dv, Dk]
+        state = {"S": torch.zeros(batch_size, h, d, d, device=device, dtype=self.state_dtype())}  # [B, H, Dv, Dk]
         if self.cfg.conv_size > 1:
             state["conv"] = torch.zeros(batch_size, self.cfg.conv_size - 1, 3 * h * d, device=device,
-                                        dtype=torch.float32)  # [B, K-1, 3·H·D] last inputs of q, k, v
+                                        dtype=self.state_dtype())  # [B, K-1, 3·H·D] last inputs of q, k, v
         return state
 
     @classmethod
@@ -232,7 +227,7 @@ class GatedDeltaNet(LayerMemory):
 
     def forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
         a_dot = x.local_attention()  # [B, S, H, N, D] causal softmax within the segment, RoPE inside
-        dtype = working_dtype(x.q)
+        dtype = self.working_dtype(x.q)  # the precision policy: float64 stays, narrower becomes float32
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             hidden = x.h.to(dtype)  # [B, S, N, d_model]
             q, k, v, new_state = self.short_conv(x.q.to(dtype), x.k.to(dtype), x.v.to(dtype), x.reset, state)

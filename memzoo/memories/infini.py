@@ -30,7 +30,8 @@ First segment (the paper is silent): with M = 0 and z = 0 the read is 0/0. `firs
 (default) defines it as A_mem = 0 for a row/head whose memory has never been written, so the
 first segment's output is (1 − sigmoid(β)) A_dot; `first_read="skip"` uses A = A_dot there. The
 delta rule's inner read σ(K) M / (σ(K) z) follows the same rule, so the first delta write equals
-the linear one. Memory state is float32 whatever the autocast dtype.
+the linear one. Memory state and arithmetic follow the precision policy (float32 whatever the
+autocast dtype, float64 in a float64 model).
 
 σ is computed exactly, as x + 1 for x > 0 and exp(x) otherwise: `elu(x) + 1` cancels to 0 in
 float32 below about −16.6, and one such token made a 0/0 read (or, in the delta rule's inner
@@ -165,8 +166,8 @@ class InfiniAttention(LayerMemory):
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         h, d = self.n_heads, self.d_head
         return {
-            "M": torch.zeros(batch_size, h, d, d, device=device, dtype=torch.float32),  # [B, H, Dk, Dv]
-            "z": torch.zeros(batch_size, h, d, device=device, dtype=torch.float32),  # [B, H, Dk]
+            "M": torch.zeros(batch_size, h, d, d, device=device, dtype=self.state_dtype()),  # [B, H, Dk, Dv]
+            "z": torch.zeros(batch_size, h, d, device=device, dtype=self.state_dtype()),  # [B, H, Dk]
         }
 
     @classmethod
@@ -182,8 +183,9 @@ class InfiniAttention(LayerMemory):
         # Local causal attention does not depend on memory: all segments at once, RoPE inside.
         a_dot = x.local_attention()  # [B, S, H, N, D]
 
+        dtype = self.working_dtype(x.q)  # the precision policy: float64 stays, narrower becomes float32
         with torch.autocast(device_type=x.q.device.type, enabled=False):
-            sq, sk, v = sigma(x.q.float()), sigma(x.k.float()), x.v.float()  # memory path: no RoPE
+            sq, sk, v = sigma(x.q.to(dtype)), sigma(x.k.to(dtype)), x.v.to(dtype)  # memory path: no RoPE
             if self.cfg.rule == "linear" and self.cfg.vectorized:
                 a_mem, empty, state = self._linear_all_segments(sq, sk, v, x.reset, state)
             else:

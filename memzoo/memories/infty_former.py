@@ -64,7 +64,8 @@ Choices where the paper is silent or where we follow the authors' code (also in 
 * KL regulariser (option): KL(N(μ, σ²) ‖ N(μ₀, σ₀²)) = ½ (σ²/σ₀² − log(σ²/σ₀²) − 1 + (μ − μ₀)²/σ₀²),
   the μ term only when `kl_mu_0` is set (authors' code); averaged over every non-empty read of the
   call and multiplied by `kl_weight`; returned as the auxiliary loss.
-* The ridge solves run in float64 and the state is float32 whatever the autocast dtype.
+* The ridge solves run in float64; the state and the read follow the precision policy (float32
+  whatever the autocast dtype, float64 in a float64 model).
 """
 from __future__ import annotations
 
@@ -244,11 +245,11 @@ class InftyFormer(LayerMemory):
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """LTM: B [B, N, d] and `written` [B]; STM (mem_len > 0): `stm` [B, C, d] and `stm_valid` [B, C]."""
         state = {
-            "B": torch.zeros(batch_size, self.cfg.n_basis, self.d_model, device=device, dtype=torch.float32),  # [B, N, d]
+            "B": torch.zeros(batch_size, self.cfg.n_basis, self.d_model, device=device, dtype=self.state_dtype()),  # [B, N, d]
             "written": torch.zeros(batch_size, dtype=torch.bool, device=device),  # [B] anything stored yet
         }
         if self.cfg.mem_len > 0:
-            stm = fifo_init(batch_size, self.cfg.mem_len, {"h": (self.d_model,)}, device, torch.float32)
+            stm = fifo_init(batch_size, self.cfg.mem_len, {"h": (self.d_model,)}, device, self.state_dtype())
             state["stm"], state["stm_valid"] = stm["h"], stm["valid"]
         return state
 
@@ -261,20 +262,20 @@ class InftyFormer(LayerMemory):
 
     # -- write --
 
-    def operators(self, length: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-        """Precomputed for L new vectors: (G_first [N, L], A [N, N], G_new [N, L]), float32.
+    def operators(self, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+        """Precomputed for L new vectors: (G_first [N, L], A [N, N], G_new [N, L]), in `dtype`.
 
         First write: B = G_first X. Later writes: B_s = A B_{s-1} + G_new X, where
         [G_past | G_new] = (ΨΨᵀ + λI)⁻¹ Ψ over positions [τ s_m ; τ + (1 − τ) j / L] and
         A = G_past Ψ(s)ᵀ (sample the old signal at s_m, refit it at τ s_m).
         """
-        key = (length, str(device))
+        key = (length, str(device), dtype)
         if key not in self._operators:
             with torch.inference_mode(False), torch.no_grad():
-                self._operators[key] = self._build_operators(length, device)
+                self._operators[key] = self._build_operators(length, device, dtype)
         return self._operators[key]
 
-    def _build_operators(self, length: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    def _build_operators(self, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
         """The three operators of `operators`, solved in float64 on the CPU."""
         cfg, mu, sigma = self.cfg, self.basis_mu.cpu(), self.basis_sigma.cpu()
         g_first = ridge_operator(basis_matrix(first_positions(length), mu, sigma), cfg.ridge_lambda, self._pad_basis(length))
@@ -283,7 +284,7 @@ class InftyFormer(LayerMemory):
         g = ridge_operator(basis_matrix(t, mu, sigma), cfg.ridge_lambda, self._pad_basis(len(t)))  # [N, M + L]
         g_past, g_new = g[:, : cfg.n_samples], g[:, cfg.n_samples :]
         contract = g_past @ basis_matrix(s, mu, sigma).T  # [N, N]: old B -> its samples -> refit
-        return tuple(o.to(device=device, dtype=torch.float32) for o in (g_first, contract, g_new))
+        return tuple(o.to(device=device, dtype=dtype) for o in (g_first, contract, g_new))
 
     def _pad(self, count: int) -> Optional[Tensor]:
         """The zero-valued padding positions of a fit of `count` points, or None without padding."""
@@ -296,7 +297,7 @@ class InftyFormer(LayerMemory):
 
     def write(self, b_old: Tensor, written: Tensor, x: Tensor, sticky: Optional[Tensor]) -> Tensor:
         """B_s from B_{s-1} [B, N, d] and the segment's inputs x [B, L, d]; sticky [B, M] positions or None."""
-        g_first, contract, g_new = self.operators(x.shape[1], x.device)
+        g_first, contract, g_new = self.operators(x.shape[1], x.device, x.dtype)
         first = g_first @ x  # [B, N, d]
         if sticky is None:
             later = contract @ b_old + g_new @ x
@@ -307,26 +308,27 @@ class InftyFormer(LayerMemory):
             new = new_positions(x.shape[1], cfg.tau).to(x.device).expand(s.shape[0], -1)
             t = torch.cat((cfg.tau * s, new), dim=1)  # [B, M + L]
             pad = self._pad(t.shape[1])
-            later = ridge_fit(torch.cat((x_past, x.double()), dim=1), t, mu, sigma, cfg.ridge_lambda, pad).float()
+            later = ridge_fit(torch.cat((x_past, x.double()), dim=1), t, mu, sigma, cfg.ridge_lambda, pad).to(x.dtype)
         return torch.where(written[:, None, None], later, first)
 
     # -- read --
 
     def keys_values(self, b: Tensor, project_kv: ProjectKV) -> tuple[Tensor, Tensor]:
-        """K = B W_K, V = B W_V per head: B [B, N, d_model] -> 2 × [B, H, N, D] (float32)."""
+        """K = B W_K, V = B W_V per head: B [B, N, d_model] -> 2 × [B, H, N, D] (B's dtype)."""
         if self.cfg.kv_weights == "layer":
             k, v = project_kv(b)
-            return k.float(), v.float()
+            return k.to(b.dtype), v.to(b.dtype)
         split = lambda t: rearrange(t, "b n (h d) -> b h n d", h=self.n_heads)  # noqa: E731
-        return split(F.linear(b, self.w_k.weight.float())), split(F.linear(b, self.w_v.weight.float()))
+        return split(F.linear(b, self.w_k.weight.to(b.dtype))), split(F.linear(b, self.w_v.weight.to(b.dtype)))
 
     def read(self, q: Tensor, b: Tensor, project_kv: ProjectKV) -> tuple[Tensor, Tensor, Tensor]:
         """z = E_{N(μ, σ²)}[V(t)] per query: q [B, H, n, D], B [B, N, d] -> (z [B, H, n, D], μ, σ² [B, H, n])."""
         k, v = self.keys_values(b, project_kv)  # [B, H, N, D]
         scores = einsum(q, k, "b h n d, b h i d -> b h n i") / math.sqrt(self.d_head)  # K_h q: [B, H, n, N]
-        mean = torch.sigmoid(scores @ self.w_mu.float())  # μ [B, H, n]
-        var = F.softplus(scores @ self.w_sigma.float()).clamp(min=self.cfg.sigma_sq_min)  # σ² [B, H, n]
-        r = expected_basis(mean, var, self.basis_mu.float(), self.basis_sigma.float())  # [B, H, n, N]
+        dtype = scores.dtype  # the precision policy's (step casts q and B)
+        mean = torch.sigmoid(scores @ self.w_mu.to(dtype))  # μ [B, H, n]
+        var = F.softplus(scores @ self.w_sigma.to(dtype)).clamp(min=self.cfg.sigma_sq_min)  # σ² [B, H, n]
+        r = expected_basis(mean, var, self.basis_mu.to(dtype), self.basis_sigma.to(dtype))  # [B, H, n, N]
         return einsum(r, v, "b h n i, b h i d -> b h n d"), mean, var
 
     def write_evicted(self, b_old: Tensor, written: Tensor, evicted: Tensor, counts: Tensor,
@@ -343,7 +345,7 @@ class InftyFormer(LayerMemory):
 
     def long_term(self, q: Tensor, x_new: Tensor, counts: Optional[Tensor], project_kv: ProjectKV,
                   state: State) -> tuple[Tensor, State, Tensor, Tensor]:
-        """Read from B_{s-1}, then write B_s. q [B, H, n, D], x_new [B, L, d] (float32): the states
+        """Read from B_{s-1}, then write B_s. q [B, H, n, D], x_new [B, L, d] (policy dtype): the states
         entering the LTM, all of them (counts None) or the last counts [B] of each row.
 
         Returns (z [B, H, n, D], LTM state_s, KL sum, number of reads that count).
@@ -377,7 +379,7 @@ class InftyFormer(LayerMemory):
         prefix = hidden_prefix({"h": stm, "valid": valid}, x.project_kv, x.h.dtype)  # filled slots, slot i at i − F
         out = x.attend(x.q, x.k, x.v, prefix=prefix)  # [B, H, N, D]
         with torch.autocast(device_type=x.q.device.type, enabled=False):
-            kept, evicted = fifo_push({"h": stm, "valid": valid}, {"h": x.h.detach().float()})
+            kept, evicted = fifo_push({"h": stm, "valid": valid}, {"h": x.h.detach()})  # cast to the STM's dtype
         # valid slots are a time-ordered suffix, so each row's evicted states are the last count of `evicted`
         return out, {"stm": kept["h"], "stm_valid": kept["valid"]}, evicted["h"], evicted["valid"].sum(dim=1)
 
@@ -388,9 +390,10 @@ class InftyFormer(LayerMemory):
             a_dot, stm, x_new, counts = self.short_term(x, state)
         else:
             a_dot = x.attend(x.q, x.k, x.v) if a_dot is None else a_dot  # [B, H, N, D]
-            stm, x_new, counts = {}, x.h.float(), None  # every segment enters the LTM
+            stm, x_new, counts = {}, x.h, None  # every segment enters the LTM
+        dtype = self.working_dtype(x.q)  # the precision policy: float32 under autocast, float64 stays
         with torch.autocast(device_type=x.q.device.type, enabled=False):
-            z, ltm, kl_sum, kl_count = self.long_term(x.q.float(), x_new.float(), counts, x.project_kv, state)
+            z, ltm, kl_sum, kl_count = self.long_term(x.q.to(dtype), x_new.to(dtype), counts, x.project_kv, state)
         return a_dot + z.to(a_dot.dtype), {**ltm, **stm}, kl_sum, kl_count
 
     def _aux(self, kl_sum: Tensor, kl_count: Tensor) -> Tensor:

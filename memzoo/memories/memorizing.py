@@ -41,9 +41,12 @@ Choices where the paper is silent (also in registry/memorizing.yaml):
   positions relative to the segment (cache slot i of C at i − C); reset at document boundaries.
 * `knn_backend="faiss"` (optional; imported only when chosen) searches an exact inner-product
   index (IndexFlatIP) per row and head over the valid slots: same neighbours as "exact"; the
-  attention over them is the same code.
+  attention over them is the same code. faiss searches in float32 on the CPU (its index is
+  float32 only); the search is a non-differentiable index lookup, and everything that feeds the
+  outputs (the retrieved keys and values, the softmax) runs in the state's dtype.
 
-State is float32 whatever the autocast dtype; masks are bool bookkeeping.
+State follows the precision policy (float32 under any autocast dtype, float64 in a float64 model);
+masks are bool bookkeeping.
 """
 from __future__ import annotations
 
@@ -125,16 +128,18 @@ def knn_faiss(q_hat: Tensor, keys: Tensor, valid: Tensor, k: int) -> tuple[Tenso
     kk = min(k, keys.shape[1])
     idx = torch.zeros(b, h, n, kk, dtype=torch.long)
     ok = torch.zeros(b, h, n, kk, dtype=torch.bool)
-    q_np = q_hat.detach().float().cpu().contiguous()
-    keys_cpu, valid_cpu = keys.detach().float().cpu(), valid.cpu()
+    # faiss searches float32 only: the cast happens in numpy, for the index lookup alone (no gradient, and
+    # no torch op narrower than the model's: what feeds the outputs stays in the state's dtype)
+    q_np = q_hat.detach().cpu().numpy().astype("float32")  # [B, H, N, D], C-contiguous
+    keys_cpu, valid_cpu = keys.detach().cpu(), valid.cpu()
     for row in range(b):
         slots = valid_cpu[row].nonzero().squeeze(-1)  # [V] slot index of each valid entry
         if slots.numel() == 0:
             continue
         for head in range(h):
             index = faiss.IndexFlatIP(keys.shape[-1])
-            index.add(keys_cpu[row, slots, head].contiguous().numpy())
-            _, found = index.search(q_np[row, head].numpy(), kk)  # [N, k'], -1 where none
+            index.add(keys_cpu[row, slots, head].numpy().astype("float32"))
+            _, found = index.search(q_np[row, head], kk)  # [N, k'], -1 where none
             found_t = torch.from_numpy(found).long()
             ok[row, head] = found_t >= 0
             idx[row, head] = slots[found_t.clamp(min=0)]
@@ -211,9 +216,9 @@ class MemorizingXL(LayerMemory):
         return {"total": store + caches, "store": store, "xl_caches": caches}
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
-        """An empty XL cache: cache_k, cache_v [B, mem_len, H, D] float32, cache_valid [B, mem_len]."""
+        """An empty XL cache: cache_k, cache_v [B, mem_len, H, D] (the policy's state dtype), cache_valid [B, mem_len]."""
         shapes = kv_slot_shapes(self.n_heads, self.d_head)
-        return prefixed("cache_", fifo_init(batch_size, self.cfg.mem_len, shapes, device, torch.float32))
+        return prefixed("cache_", fifo_init(batch_size, self.cfg.mem_len, shapes, device, self.state_dtype()))
 
     def reset_rows(self, state: State, rows: Tensor) -> State:
         """A document start empties the row's buffers (every `*valid` mask cleared for that row)."""
@@ -247,7 +252,7 @@ class MemorizingKNN(MemorizingXL):
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """XL cache plus an empty store: store_k (unit keys), store_v [B, store_size, H, D], store_valid."""
         shapes = {"k": (self.n_heads, self.d_head), "v": (self.n_heads, self.d_head)}
-        store = fifo_init(batch_size, self.cfg.store_size, shapes, device, torch.float32, lazy=True)  # O(1)
+        store = fifo_init(batch_size, self.cfg.store_size, shapes, device, self.state_dtype(), lazy=True)  # O(1)
         return {**super().initial_state(batch_size, device), **prefixed("store_", store)}
 
     def gate_values(self) -> Tensor:
@@ -260,13 +265,14 @@ class MemorizingKNN(MemorizingXL):
         return fn(q_hat, store["k"], store["valid"], self.cfg.top_k)
 
     def read(self, q: Tensor, store: State) -> Tensor:
-        """A_mem from the store as it was before this segment: q [B, H, N, D] -> [B, H, N, D] (float32)."""
+        """A_mem from the store as it was before this segment: q [B, H, N, D] -> [B, H, N, D] (policy dtype)."""
+        dtype = self.working_dtype(q)
         with torch.autocast(device_type=q.device.type, enabled=False):
-            q_hat = l2_normalise(q.float())  # no positional encoding on the memory path
+            q_hat = l2_normalise(q.to(dtype))  # no positional encoding on the memory path
             store = filled(store)  # [B, F, H, D]: the search costs the filled slots, not store_size
             probe("memorizing.read", layer=self.layer_index, q_hat=q_hat, keys=store["k"])  # what the search compares
             idx, ok = self.search(q_hat, store)
-            return attend_retrieved(q_hat, store["k"], store["v"], idx, ok, self.log_scale.float().exp())
+            return attend_retrieved(q_hat, store["k"], store["v"], idx, ok, self.log_scale.to(dtype).exp())
 
     def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
         """Read the store (state_{s-1}), local attention over [cache; segment], gate, then write."""
@@ -275,10 +281,11 @@ class MemorizingKNN(MemorizingXL):
         a_dot, state = self.local(x, state)  # [B, H, N, D]
         out = self.gate(a_mem, a_dot)  # [B, H, N, D]
 
+        dtype = self.working_dtype(x.k)
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             new = {
-                "k": l2_normalise(rearrange(x.k, "b h n d -> b n h d").detach().float()),  # [B, N, H, D]
-                "v": rearrange(x.v, "b h n d -> b n h d").detach().float(),
+                "k": l2_normalise(rearrange(x.k, "b h n d -> b n h d").detach().to(dtype)),  # [B, N, H, D]
+                "v": rearrange(x.v, "b h n d -> b n h d").detach().to(dtype),
             }
             store = fifo_push_filled(store, new)  # write after read; keep the newest store_size slots
         return out, {**state, **prefixed("store_", store)}, zero_loss(x.q)

@@ -41,45 +41,47 @@ def infini_reference(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, reset: Tenso
     normalizer="gamma" (delta rule; not the paper's): z_s = z_{s-1} + Σ_t γ_t σ(K_t) with
     γ_t = clip(1 − z_{s-1}ᵀσ(K_t) / ‖σ(K_t)‖², 0, 1) a constant (no gradient), key by key.
 
-    Returns (A [B, S, H, N, D], M [B, H, D, D], z [B, H, D]) after the last segment.
+    Returns (A [B, S, H, N, D], M [B, H, D, D], z [B, H, D]) after the last segment, computed in
+    float64 (the oracle) and returned in q's dtype.
     σ(x) = ELU(x) + 1 is evaluated exactly (x + 1 or exp(x)), as `elu(x) + 1` is 0 below about −16.6.
     """
     sig = lambda x: torch.where(x > 0, x + 1, torch.exp(x.clamp(max=0)))  # noqa: E731  σ = ELU + 1, exactly
     read = lambda sx, M, z: (sx @ M) / (sx @ z).clamp(min=INFINI_DEN_FLOOR)  # noqa: E731  σ(·)M / σ(·)z, one token
     b_, s_, h_, n_, d_ = q.shape
+    f64 = dict(dtype=torch.float64)
     rows_out, rows_m, rows_z = [], [], []
     for b in range(b_):
-        mems = [torch.zeros(d_, d_) for _ in range(h_)]
-        zs = [torch.zeros(d_) for _ in range(h_)]
+        mems = [torch.zeros(d_, d_, **f64) for _ in range(h_)]
+        zs = [torch.zeros(d_, **f64) for _ in range(h_)]
         segs_out = []
         for s in range(s_):
             if reset[b, s]:
-                mems = [torch.zeros(d_, d_) for _ in range(h_)]
-                zs = [torch.zeros(d_) for _ in range(h_)]
+                mems = [torch.zeros(d_, d_, **f64) for _ in range(h_)]
+                zs = [torch.zeros(d_, **f64) for _ in range(h_)]
             heads = []
             for h in range(h_):
-                Q, K, Vv = q[b, s, h].float(), k[b, s, h].float(), v[b, s, h].float()
+                Q, K, Vv = q[b, s, h].double(), k[b, s, h].double(), v[b, s, h].double()
                 M, z = mems[h], zs[h]
                 empty = bool((z == 0).all())
                 # Retrieve from M_{s-1} (no positional encoding on the memory path).
                 if empty:
-                    a_mem = torch.zeros(n_, d_)
+                    a_mem = torch.zeros(n_, d_, **f64)
                 else:
                     a_mem = torch.stack([read(sig(Q[t]), M, z) for t in range(n_)])
                 a_dot = causal_softmax_attention(Q, K, Vv, rope_base)
-                g = torch.sigmoid(beta[h])
+                g = torch.sigmoid(beta[h].double())
                 a = a_dot if (empty and first_read == "skip") else g * a_mem + (1 - g) * a_dot
                 heads.append(a)
                 # Update to M_s after the read.
                 if rule == "linear":
                     M = M + sig(K).T @ Vv
                 else:
-                    stored = torch.zeros(n_, d_) if empty else torch.stack(
+                    stored = torch.zeros(n_, d_, **f64) if empty else torch.stack(
                         [read(sig(K[t]), M, z) for t in range(n_)]
                     )
                     M = M + sig(K).T @ (Vv - stored)
                 if normalizer == "gamma":
-                    dz = torch.zeros(d_)
+                    dz = torch.zeros(d_, **f64)
                     for t in range(n_):
                         sk = sig(K[t])
                         gamma = min(max(1 - float((z @ sk).detach()) / float((sk @ sk).detach()), 0.0), 1.0)
@@ -91,7 +93,7 @@ def infini_reference(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, reset: Tenso
         rows_out.append(torch.stack(segs_out))
         rows_m.append(torch.stack(mems))
         rows_z.append(torch.stack(zs))
-    return torch.stack(rows_out), torch.stack(rows_m), torch.stack(rows_z)
+    return tuple(torch.stack(rows).to(q.dtype) for rows in (rows_out, rows_m, rows_z))
 
 
 def gated_delta_reference(q: Tensor, k: Tensor, v: Tensor, log_alpha: Tensor, beta: Tensor, s0: Tensor,

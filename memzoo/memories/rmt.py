@@ -28,7 +28,7 @@ M_0 is a learned parameter [p, d_model] (normal, std `init_std`; 0.02 = the back
 init, as the Hugging-Face-based RMT code scales its memory to the embeddings' std). A fresh row
 and a row reset at a document boundary start from it, with gradient to it. Gradient flows through
 M across segments; the backbone detaches the state every train.bptt_segments segments, which is
-the BPTT truncation. The state is float32 under autocast.
+the BPTT truncation. The state follows the precision policy (float32 under autocast, float64 in a float64 model).
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ class RecurrentMemory(ModelMemory):
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """M_0 for every row: the learned parameter, expanded (gradient reaches it)."""
-        mem = self.mem_init.to(device=device, dtype=torch.float32)
+        mem = self.mem_init.to(device=device, dtype=self.state_dtype())
         return {"mem": mem.unsqueeze(0).expand(batch_size, -1, -1)}  # [B, p, d_model]
 
     @classmethod
@@ -115,5 +115,5 @@ class RecurrentMemory(ModelMemory):
         return mask
 
     def leave(self, h: Tensor, state: State) -> State:
-        """M_s = the final layer's (normed) outputs at the write positions, float32: [B, p, d]."""
-        return {"mem": h[:, -self.p :].float()}
+        """M_s = the final layer's (normed) outputs at the write positions, in the policy's dtype: [B, p, d]."""
+        return {"mem": h[:, -self.p :].to(self.working_dtype(h))}

@@ -9,7 +9,8 @@ by gradient descent with momentum and forgetting on the associative loss
     M_t = (1 − α_t) M_{t−1} + S_t                    (forgetting α_t ∈ [0, 1])
 
 read by a forward pass M*(q). Carried state per layer: the weights and the momentum, 2·|θ_M|
-numbers per head, float32. M_0 is a learned parameter (shared by the heads), not state.
+numbers per head, float32 (float64 in a float64 model). M_0 is a learned parameter (shared by the
+heads), not state.
 
 Keys, values, queries: the backbone's q, k, v (no positional encoding), each through a causal
 depthwise convolution (kernel `conv_kernel`, zero-padded at every segment start: no conv cache is
@@ -58,6 +59,7 @@ from memzoo.core.attention import KVPrefix
 from memzoo.core.config import ModelConfig
 from memzoo.core.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
+from memzoo.core.precision import working_dtype
 
 VARIANTS = ("mac", "mag")
 
@@ -109,7 +111,7 @@ def inner_grad(weights: list[Tensor], keys: Tensor, values: Tensor) -> tuple[lis
     """The backward of ℓ = ‖M(k) − v‖² per token: ∇_{W_l} ℓ_j = δ_l,j a_l,jᵀ. Returns (δ, a) per layer,
     δ_l: [B, H, n, out_l], a_l: [B, H, n, in_l]."""
     acts, pre = mlp_forward(weights, keys)
-    deltas: list[Tensor] = [torch.empty(0)] * len(weights)
+    deltas: list[Tensor] = [keys.new_empty(0)] * len(weights)  # placeholders in keys' dtype
     delta = 2 * (pre[-1] - values)  # dℓ/dz_L
     for l in range(len(weights) - 1, -1, -1):
         deltas[l] = delta
@@ -278,8 +280,9 @@ class GateCombine(nn.Module):
 
     def forward(self, y: Tensor, m: Tensor) -> Tensor:
         """y, m: [..., H, n, D]."""
-        gate = torch.sigmoid(self.w_m * rmsnorm(m.float()))
-        return (self.w_y * rmsnorm(y.float()) * gate).to(y.dtype)
+        dtype = working_dtype(y)  # the precision policy: float64 stays, narrower norms in float32
+        gate = torch.sigmoid(self.w_m * rmsnorm(m.to(dtype)))
+        return (self.w_y * rmsnorm(y.to(dtype)) * gate).to(y.dtype)
 
 
 def l2n(x: Tensor) -> Tensor:
@@ -321,9 +324,6 @@ class Titans(LayerMemory):
         """(out, in) of each memory layer: D -> hidden -> … -> D, or D -> D for depth 1."""
         widths = [d] + [cfg.expansion * d] * (cfg.depth - 1) + [d]
         return [(widths[l + 1], widths[l]) for l in range(cfg.depth)]
-
-    def state_dtype(self) -> torch.dtype:
-        return torch.promote_types(self.m0[0].dtype, torch.float32)
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """W_l = M_0's layers per row and head, momentum S_l = 0: [B, H, out, in] each."""

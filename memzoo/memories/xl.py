@@ -25,8 +25,8 @@ first token, so memory slot i of C sits at i − C (negative) and RoPE sees the 
 offsets whether the input is streamed or run in one call.
 
 Documents: the memory is emptied at a document boundary (the original never does). An empty
-slot is masked through `valid`, never attended as a zero vector. State is float32 whatever the
-autocast dtype; the `valid` mask is bool bookkeeping.
+slot is masked through `valid`, never attended as a zero vector. State follows the precision
+policy (float32 whatever the autocast dtype, float64 in a float64 model); `valid` is bool bookkeeping.
 """
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ class TransformerXL(LayerMemory):
         return {"h": (self.model_cfg.d_model,)}
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
-        """mem_len empty float32 slots per row ([B, C, H, D] or [B, C, d_model]) and `valid` [B, C]."""
-        return fifo_init(batch_size, self.cfg.mem_len, self._slot_shapes(), device, torch.float32)
+        """mem_len empty slots per row ([B, C, H, D] or [B, C, d_model], the policy's state dtype) and `valid` [B, C]."""
+        return fifo_init(batch_size, self.cfg.mem_len, self._slot_shapes(), device, self.state_dtype())
 
     def reset_rows(self, state: State, rows: Tensor) -> State:
         """A document start empties the row's memory (its slots become invalid, hence masked)."""
@@ -103,5 +103,5 @@ class TransformerXL(LayerMemory):
             if self.cfg.cache == "kv":
                 state, _evicted = push_kv(state, x.k, x.v)  # keep the newest mem_len slots
             else:
-                state, _evicted = fifo_push(state, {"h": x.h.detach().float()})  # [B, N, d_model]
+                state, _evicted = fifo_push(state, {"h": x.h.detach()})  # [B, N, d_model]
         return out, state, zero_loss(x.q)

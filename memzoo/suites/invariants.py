@@ -7,9 +7,12 @@ when it cannot be checked (the footprint card of an out-of-tree plugin that has 
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Callable, Optional, Sequence
 
 import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from memzoo.core.config import ModelConfig
 from memzoo.core.losses import token_nll
@@ -259,6 +262,59 @@ def check_finite(method: str, options: dict[str, Any], scale: float = 1e4, gain:
         f" and {len(bad) - 6} more" if len(bad) > 6 else "")
 
 
+class FloatOps(TorchDispatchMode):
+    """Records the dtype of every floating-point tensor each op returns: {(op, dtype): count}. It sees
+    what ran (forward, backward, state creation), not what the code says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: Counter[tuple[str, torch.dtype]] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                self.seen[(str(func.overloadpacket), t.dtype)] += 1
+        return out
+
+    def narrower_than(self, dtype: torch.dtype) -> list[str]:
+        """The ops that returned a floating dtype other than `dtype`, most frequent first: 'aten.mm float32 x4'."""
+        bad = [(n, op, dt) for (op, dt), n in self.seen.items() if dt != dtype]
+        return [f"{op} {str(dt).removeprefix('torch.')} x{n}" for n, op, dt in sorted(bad, key=lambda b: (-b[0], b[1]))]
+
+
+def check_precision(method: str, options: dict[str, Any]) -> None:
+    """A float64 model computes in float64: its forward and backward over S segments (with a
+    document boundary) execute no float32, bf16 or fp16 floating-point op (recorded, not read)."""
+    model = tiny_model(method, options=options).double().train()
+    x = tokens()
+    with FloatOps() as ops:
+        out = model(x, reset=boundary(0, 2))
+        loss = token_nll(out.logits, torch.roll(x, -1, dims=-1)).mean() + out.aux_loss
+        loss.backward()
+    bad = ops.narrower_than(torch.float64)
+    assert not bad, (f"{method}: a float64 forward and backward ran {len(bad)} kind(s) of narrower floating-point "
+                     f"op (the precision policy: memzoo.core.precision.working_dtype): {', '.join(bad[:8])}"
+                     + (f" and {len(bad) - 8} more" if len(bad) > 8 else ""))
+
+
+def check_precision_bf16(method: str, options: dict[str, Any]) -> None:
+    """Under bf16 autocast (CPU) a training step keeps every floating state tensor in the dtype the
+    precision policy names for its memory (float32 unless the plugin declares a narrower state_floor)."""
+    model = tiny_model(method, options=options).train()
+    x = tokens()
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        out = model(x, reset=boundary(0, 2))
+        loss = token_nll(out.logits, torch.roll(x, -1, dims=-1)).mean() + out.aux_loss
+    loss.backward()
+    owners = [*model.memories, model.model_memory]
+    bad = [f"state[{i}][{key!r}] {str(value.dtype).removeprefix('torch.')} (policy: "
+           f"{str(owner.state_dtype()).removeprefix('torch.')})"
+           for i, (owner, st) in enumerate(zip(owners, out.state.all())) for key, value in st.items()
+           if value.is_floating_point() and value.dtype != owner.state_dtype()]
+    assert not bad, f"{method}: after a bf16 autocast step the state is not in the policy's dtype: {', '.join(bad[:6])}"
+
+
 # The invariants in the order `memzoo check` runs and prints them.
 INVARIANTS: dict[str, Callable[[str, dict[str, Any]], None]] = {
     "causality": check_causality,
@@ -270,4 +326,6 @@ INVARIANTS: dict[str, Callable[[str, dict[str, Any]], None]] = {
     "footprint-card": check_footprint_card,
     "gradient-horizon": check_gradient_horizon,
     "finite": check_finite,
+    "precision": check_precision,
+    "precision-bf16": check_precision_bf16,
 }
