@@ -97,7 +97,8 @@ def saved_bytes(model: torch.nn.Module, peak: list[int]) -> Iterator[None]:
             h.remove()
 
 
-def bench(cfg: Any, docs: list, steps: int, device: torch.device, count_ops: bool, warmup: int) -> dict[str, Any]:
+def bench(cfg: Any, docs: list, steps: int, device: torch.device, count_ops: bool, warmup: int,
+          saved: bool) -> dict[str, Any]:
     """Time `steps` training steps after `warmup` untimed ones; memory and (optionally) aten calls."""
     from memzoo.data.corpus import WindowSampler
     from memzoo.running.configure import build_model
@@ -133,11 +134,12 @@ def bench(cfg: Any, docs: list, steps: int, device: torch.device, count_ops: boo
         sync()
         elapsed += time.perf_counter() - t0
     peak = [0]
-    with saved_bytes(model, peak):
-        step(warmup + steps)
+    if saved:
+        with saved_bytes(model, peak):
+            step(warmup + steps)
     row = {"params": model.num_parameters(), "batch_size": tc.batch_size, "step_s": elapsed / steps,
            "tokens_per_s": tc.batch_size * tc.window_segments * m.segment_len * steps / elapsed,
-           "warmup_s": warm_s, "saved_mb": peak[0] / 2**20, "loss": loss,
+           "warmup_s": warm_s, "saved_mb": peak[0] / 2**20 if saved else None, "loss": loss,
            "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None}
     if count_ops:
         counter = OpCounter()
@@ -159,6 +161,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="method[:key=value,...] each; the first `local` is the ratios' denominator")
     ap.add_argument("--set", nargs="*", default=[], help="suite overrides, e.g. run.model.n_layers=2")
     ap.add_argument("--count-ops", action="store_true", help="count aten calls of one step")
+    ap.add_argument("--saved", action="store_true", help="measure bytes saved for backward (always on the CPU)")
     ap.add_argument("--max-seconds", type=float, default=None, help="start no run after this many seconds")
     ap.add_argument("--out", default="results/titans-speed")
     args = ap.parse_args(argv)
@@ -187,7 +190,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         else:
             try:
                 cfg = run_config(args.suite, method, options, overrides)
-                row.update(bench(cfg, docs, args.steps, device, args.count_ops, args.warmup), status="ok")
+                saved = args.saved or device.type == "cpu"
+                row.update(bench(cfg, docs, args.steps, device, args.count_ops, args.warmup, saved), status="ok")
             except Exception as err:  # noqa: BLE001  one run failing is a row, not a lost table
                 row["status"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
             if device.type == "cuda":
@@ -198,9 +202,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             row["x_local"] = row["tokens_per_s"] / local_tps if local_tps else None
             cuda_mb = f"  peak {row['peak_cuda_mb']:9,.0f} MB" if row["peak_cuda_mb"] is not None else ""
             ops = f"  {row['aten_ops']:>9,} aten ops" if "aten_ops" in row else ""
+            saved_mb = f"  saved {row['saved_mb']:9,.0f} MB" if row["saved_mb"] is not None else ""
             ratio = f"{row['x_local']:6.3f}x local" if row["x_local"] is not None else "  (no local)"
             print(f"{text:40s} {row['step_s']:8.3f} s/step {row['tokens_per_s']:>10,.0f} tok/s {ratio}{cuda_mb}"
-                  f"  saved {row['saved_mb']:9,.0f} MB{ops}  warm-up {row['warmup_s']:.0f} s  loss {row['loss']:.3f}",
+                  f"{saved_mb}{ops}  warm-up {row['warmup_s']:.0f} s  loss {row['loss']:.3f}",
                   flush=True)
         else:
             print(f"{text:40s} {row['status']}", flush=True)

@@ -47,10 +47,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
@@ -60,6 +61,7 @@ from memzoo.core.memory import LayerInputs, LayerMemory, SegmentInputs, State, z
 from memzoo.core.plugins import register_memory
 
 VARIANTS = ("mac", "mag")
+COMPILE_MODES = ("off", "default", "reduce-overhead")
 
 
 @dataclass
@@ -75,6 +77,9 @@ class TitansConfig:
     eta_init: float = 0.9  # momentum η at initialisation
     theta_init: float = 0.005  # inner learning rate θ at initialisation
     theta_max: float = 0.01  # θ = theta_max · sigmoid(·): the chunked form diverges when θ/(1 − η) nears 1 (README)
+    # Speed and memory only (values and gradients unchanged up to float rounding):
+    compile: str = "off"  # off | default | reduce-overhead: torch.compile of the chunk step (a GPU runs ~30 small ops per chunk)
+    checkpoint: bool = False  # recompute each segment's scan in backward: keeps its inputs, not its per-chunk activations
 
 
 # ------------------------------------------------------------------------------------------
@@ -178,8 +183,22 @@ def chunk_step(states: list[Tensor], keys: Tensor, values: Tensor, queries: Tens
     return r, new
 
 
+_COMPILED: dict[str, Callable[..., tuple[Tensor, list[Tensor]]]] = {}
+
+
+def compiled_chunk_step(mode: str) -> Callable[..., tuple[Tensor, list[Tensor]]]:
+    """`chunk_step`, or its torch.compile in `mode` (one of COMPILE_MODES; compiled once per mode and
+    shared by every layer and both variants, whose chunk shapes repeat)."""
+    if mode == "off":
+        return chunk_step
+    if mode not in _COMPILED:
+        _COMPILED[mode] = torch.compile(chunk_step, mode=mode, dynamic=False, fullgraph=True)
+    return _COMPILED[mode]
+
+
 def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, values: Tensor, queries: Tensor,
-                log_keep: Tensor, log_eta: Tensor, lr: Tensor, chunk_size: int, grad_clip: float
+                log_keep: Tensor, log_eta: Tensor, lr: Tensor, chunk_size: int, grad_clip: float,
+                step: Callable[..., tuple[Tensor, list[Tensor]]] = chunk_step
                 ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
     """Write a segment's tokens chunk by chunk (chunks from the segment's first token; the last one
     is what is left) and read M_i(q_i) after each token's write. Returns (reads [B, H, n, D], W, S).
@@ -211,7 +230,7 @@ def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, val
     parts = zip(keys.split(sizes, -2), values.split(sizes, -2), queries.split(sizes, -2), lr.split(sizes, -1), coefs,
                 scores, key_norm2)
     for k, v, q, theta, coef, qk, k2 in parts:
-        r, states = chunk_step(states, k, v, q, coef, theta, grad_clip, qk, k2)
+        r, states = step(states, k, v, q, coef, theta, grad_clip, qk, k2)
         reads.append(r)
     weights, momentum = zip(*(st.unbind(2) for st in states))
     return torch.cat(reads, dim=-2), list(weights), list(momentum)
@@ -301,6 +320,8 @@ class Titans(LayerMemory):
             raise ValueError(f"titans variant={cfg.variant!r}; expected one of {VARIANTS}")
         if not 0 < cfg.theta_init < cfg.theta_max:
             raise ValueError(f"titans theta_init={cfg.theta_init}, theta_max={cfg.theta_max}; expected 0 < theta_init < theta_max")
+        if cfg.compile not in COMPILE_MODES:
+            raise ValueError(f"titans compile={cfg.compile!r}; expected one of {COMPILE_MODES}")
         if cfg.depth < 1 or cfg.expansion < 1 or cfg.chunk_size < 1 or cfg.conv_kernel < 1 or cfg.n_persistent < 0:
             raise ValueError(f"titans: depth, expansion, chunk_size, conv_kernel must be >= 1, n_persistent >= 0; got {cfg}")
         h, d = model.n_heads, model.d_head
@@ -360,12 +381,15 @@ class Titans(LayerMemory):
                gates: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, State]:
         """Chunked write of one segment (float32), reading M_i(q_i) after each token's write.
         gates: log(1 − α), log η, θ, each [B, H, n]."""
-        dt = self.state_dtype()
+        dt, cfg = self.state_dtype(), self.cfg
+        step = compiled_chunk_step(cfg.compile)
         with torch.autocast(device_type=keys.device.type, enabled=False):
             weights, momentum = self._unpack(state)
-            reads, weights, momentum = scan_memory(
-                weights, momentum, keys.to(dt), values.to(dt), queries.to(dt), *gates,
-                self.cfg.chunk_size, self.cfg.grad_clip)
+            args = (weights, momentum, keys.to(dt), values.to(dt), queries.to(dt), *gates, cfg.chunk_size, cfg.grad_clip, step)
+            if cfg.checkpoint and torch.is_grad_enabled():
+                reads, weights, momentum = torch.utils.checkpoint.checkpoint(scan_memory, *args, use_reentrant=False)
+            else:
+                reads, weights, momentum = scan_memory(*args)
         return reads, self._pack(weights, momentum)
 
     def features(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
