@@ -156,7 +156,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--suite", default="paper-gpu", help="the suite whose backbone and options are used")
     ap.add_argument("--batch-size", type=int, default=None, help="rows per step (default: the suite's)")
     ap.add_argument("--steps", type=int, default=3, help="timed training steps per run")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (compiled runs: 2)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 1; 2 with compile)")
     ap.add_argument("--runs", nargs="+", default=["local", "titans-mag", "titans-mac"],
                     help="method[:key=value,...] each; the first `local` is the ratios' denominator")
     ap.add_argument("--set", nargs="*", default=[], help="suite overrides, e.g. run.model.n_layers=2")
@@ -191,7 +191,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             try:
                 cfg = run_config(args.suite, method, options, overrides)
                 saved = args.saved or device.type == "cpu"
-                row.update(bench(cfg, docs, args.steps, device, args.count_ops, args.warmup, saved), status="ok")
+                warmup = args.warmup if args.warmup is not None else 2 if options.get("compile", "off") != "off" else 1
+                row.update(bench(cfg, docs, args.steps, device, args.count_ops, warmup, saved), status="ok")
             except Exception as err:  # noqa: BLE001  one run failing is a row, not a lost table
                 row["status"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
             if device.type == "cuda":

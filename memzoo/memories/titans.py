@@ -79,7 +79,7 @@ class TitansConfig:
     theta_max: float = 0.01  # θ = theta_max · sigmoid(·): the chunked form diverges when θ/(1 − η) nears 1 (README)
     # Speed and memory only (values and gradients unchanged up to float rounding):
     compile: str = "off"  # off | default | reduce-overhead: torch.compile of the chunk step (a GPU runs ~30 small ops per chunk)
-    checkpoint: bool = False  # recompute each segment's scan in backward: keeps its inputs, not its per-chunk activations
+    checkpoint: bool = False  # recompute the scan, convolutions, reads and gating in backward: keeps their inputs only
 
 
 # ------------------------------------------------------------------------------------------
@@ -386,11 +386,17 @@ class Titans(LayerMemory):
         with torch.autocast(device_type=keys.device.type, enabled=False):
             weights, momentum = self._unpack(state)
             args = (weights, momentum, keys.to(dt), values.to(dt), queries.to(dt), *gates, cfg.chunk_size, cfg.grad_clip, step)
-            if cfg.checkpoint and torch.is_grad_enabled():
-                reads, weights, momentum = torch.utils.checkpoint.checkpoint(scan_memory, *args, use_reentrant=False)
-            else:
-                reads, weights, momentum = scan_memory(*args)
+            reads, weights, momentum = self._recompute(scan_memory, *args)
         return reads, self._pack(weights, momentum)
+
+    def _recompute(self, fn: Callable, *args):
+        """fn(*args); with `checkpoint` (and gradient on) recomputed in backward, so autograd keeps its
+        inputs, not its intermediates. An output that is a view is copied: it would hold its whole base."""
+        if not (self.cfg.checkpoint and torch.is_grad_enabled()):
+            return fn(*args)
+        out = torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
+        copy = lambda t: t.clone() if isinstance(t, Tensor) and t._base is not None else t  # noqa: E731
+        return tuple(copy(t) for t in out) if isinstance(out, tuple) else copy(out)
 
     def features(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Conv + SiLU of each ([..., H, n, D], state dtype), q and k ℓ2-normalised."""
@@ -411,21 +417,22 @@ class Titans(LayerMemory):
         flat = lambda t: rearrange(t, "b s h n d -> (b s) h n d")  # noqa: E731  segments independent here
         y = x.attend(flat(x.q), flat(x.k), flat(x.v), prefix=self._persistent_prefix(x.project_kv, b * s, x.q.device))
         unflat = lambda t: rearrange(t, "(b s) h n d -> b s h n d", b=b)  # noqa: E731
-        qs, ks, vs = (unflat(t).unbind(1) for t in self.features(flat(x.q), flat(x.k), flat(x.v)))  # conv restarts per segment
+        feats = self._recompute(self.features, flat(x.q), flat(x.k), flat(x.v))  # conv restarts per segment
+        qs, ks, vs = (unflat(t).unbind(1) for t in feats)
         gates = [g.unbind(1) for g in self.gate_values_of(x.h)]  # 3 x S x [B, H, N]
         reads = []
         for i, reset in enumerate(x.reset.unbind(1)):
             state = self.reset_rows(state, reset)
             m, state = self._write(state, ks[i], vs[i], qs[i], tuple(g[i] for g in gates))
             reads.append(m)
-        out = self.combine(unflat(y), torch.stack(reads, dim=1))  # [B, S, H, N, D]
+        out = self._recompute(self.combine, unflat(y), torch.stack(reads, dim=1))  # [B, S, H, N, D]
         return out, state, zero_loss(x.q)
 
     # -- MAC: segment by segment in the paper's order (what does not depend on the state: all at once)
 
     def mac_forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
         b, s = x.q.shape[:2]
-        q_read = self.read_queries(rearrange(x.q, "b s h n d -> (b s) h n d"))  # conv restarts per segment
+        q_read = self._recompute(self.read_queries, rearrange(x.q, "b s h n d -> (b s) h n d"))  # conv restarts per segment
         q_read = rearrange(q_read, "(b s) h n d -> b s h n d", b=b).unbind(1)
         gates = [g.unbind(1) for g in self.gate_values_of(x.h)]  # 3 x S x [B, H, N]
         prefix = self._persistent_prefix(x.project_kv, b, x.q.device)
@@ -477,8 +484,8 @@ class Titans(LayerMemory):
     def mac_segment(self, x: SegmentInputs, state: State, q_read: Tensor, gates: tuple[Tensor, Tensor, Tensor],
                     prefix: Optional[KVPrefix]) -> tuple[Tensor, State]:
         """Read the old memory, attend, write y, gate y with the new memory's read."""
-        retrieved = self.retrieve(state, q_read)  # M_{t−1}, before any write of this segment
+        retrieved = self._recompute(self.retrieve, state, q_read)  # M_{t−1}, before any write of this segment
         y = self.attend_with_context(x, retrieved, prefix)  # [B, H, N, D]
-        yq, yk, yv = self.y_features(y)
+        yq, yk, yv = self._recompute(self.y_features, y)
         m, state = self._write(state, yk, yv, yq, gates)  # M_i(q_y,i) after the writes of tokens ≤ i
-        return self.combine(y, m), state
+        return self._recompute(self.combine, y, m), state
