@@ -2,13 +2,18 @@
 step time, tokens/s as a ratio to `local`, peak memory, and the number of aten operations per step.
 
     python benchmarks/titans_speed.py [--device cuda] [--suite paper-gpu] [--batch-size 48] [--steps 3]
-        [--runs local titans-mag titans-mac 'titans-mag:chunk_size=64,compile=true'] [--set run.model.n_layers=2]
+        [--runs local titans-mag 'titans-mag:chunk_size=64,compile=eager'] [--set run.model.n_layers=2]
         [--count-ops] [--out results/titans-speed]
 
-A run is a method, optionally with memory options after a colon (`name:key=value,key=value`). Memory:
-on CUDA the peak of torch.cuda.max_memory_allocated over the timed steps; everywhere, `saved_mb`, the
-largest sum over one block (one model call) of the distinct storages autograd saved for backward,
-parameters excluded (torch.autograd.graph.saved_tensors_hooks): the activation memory a step holds.
+The GPU run (paper-gpu backbone, the suite's batch, bf16; the default runs below):
+
+    python benchmarks/titans_speed.py --steps 2 --max-seconds 420 --out results/titans-speed
+
+A run is a method, optionally with memory options after a colon (`name:key=value,key=value`), over the
+suite's own options for it. Memory: on CUDA the peak of torch.cuda.max_memory_allocated over the timed
+steps; on the CPU (or with --saved), `saved_mb`, the largest sum over one block (one model call) of the
+distinct storages autograd saved for backward, parameters excluded (torch.autograd.graph.saved_tensors_hooks):
+the activation memory a step holds.
 `--count-ops` counts aten calls of one step, forward and backward (a TorchDispatchMode), a proxy for
 kernel launches where small operations dominate. One run failing (an error, out of memory) gives a row
 that says so; the others go on. Writes titans_speed.csv.
@@ -27,6 +32,16 @@ from typing import Any, Iterator, Optional
 import torch
 from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
+
+
+# The suite's Titans options (paper-gpu: compile and checkpoint) first, then what they are measured against:
+# eager with checkpoint (the speed before, at a batch that fits), larger chunks, CUDA graphs, the other
+# memories below 0.5x local, and last the eager scan storing its activations (120-130 GB at batch 48 on an H200).
+GPU_RUNS = ["local", "titans-mag", "titans-mac", "titans-mag:compile=eager", "titans-mag:chunk_size=64",
+            "titans-mac:chunk_size=64", "titans-mag:compile=reduce-overhead", "compressive", "infty-former", "armt",
+            "infini-delta", "titans-mag:compile=eager,checkpoint=false"]
+CPU_RUNS = ["local", "titans-mag:compile=eager,checkpoint=false", "titans-mac:compile=eager,checkpoint=false",
+            "titans-mag:compile=eager", "titans-mac:compile=eager"]
 
 
 def parse_run(text: str) -> tuple[str, dict[str, Any]]:
@@ -156,9 +171,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--suite", default="paper-gpu", help="the suite whose backbone and options are used")
     ap.add_argument("--batch-size", type=int, default=None, help="rows per step (default: the suite's)")
     ap.add_argument("--steps", type=int, default=3, help="timed training steps per run")
-    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 1; 2 with compile)")
-    ap.add_argument("--runs", nargs="+", default=["local", "titans-mag", "titans-mac"],
-                    help="method[:key=value,...] each; the first `local` is the ratios' denominator")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 1; 2 where a memory compiles)")
+    ap.add_argument("--runs", nargs="+", default=None,
+                    help="method[:key=value,...] each; the first `local` is the ratios' denominator "
+                         f"(default on CUDA: {' '.join(GPU_RUNS)}; on the CPU: {' '.join(CPU_RUNS)})")
     ap.add_argument("--set", nargs="*", default=[], help="suite overrides, e.g. run.model.n_layers=2")
     ap.add_argument("--count-ops", action="store_true", help="count aten calls of one step")
     ap.add_argument("--saved", action="store_true", help="measure bytes saved for backward (always on the CPU)")
@@ -172,6 +188,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from memzoo.data.corpus import load_documents, split_documents
 
     overrides = ["run.data.max_docs=400", *args.set] + ([f"run.train.batch_size={args.batch_size}"] if args.batch_size else [])
+    args.runs = args.runs or (GPU_RUNS if device.type == "cuda" else CPU_RUNS)
     runs = [parse_run(r) for r in args.runs]
     first = run_config(args.suite, runs[0][0], runs[0][1], overrides)
     docs = split_documents(load_documents(first.data), first.data)["train"]
@@ -191,7 +208,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             try:
                 cfg = run_config(args.suite, method, options, overrides)
                 saved = args.saved or device.type == "cpu"
-                warmup = args.warmup if args.warmup is not None else 2 if options.get("compile", "off") != "off" else 1
+                compiled = str(cfg.memory.get("compile", "eager")) != "eager"
+                warmup = args.warmup if args.warmup is not None else 2 if compiled else 1
                 row.update(bench(cfg, docs, args.steps, device, args.count_ops, warmup, saved), status="ok")
             except Exception as err:  # noqa: BLE001  one run failing is a row, not a lost table
                 row["status"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"

@@ -311,7 +311,7 @@ def test_checkpointed_scan_equals_the_stored_one(variant: str) -> None:
 
 def test_compile_option_routes_the_chunk_step_through_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     """compile='default' calls torch.compile on the chunk step once and uses what it returns (a
-    recording stand-in here: CPU tests never compile); 'off' does not; a bad mode is refused by name."""
+    recording stand-in here: CPU tests never compile); 'eager' does not; a bad mode is refused by name."""
     import memzoo.memories.titans as titans
 
     calls: list[tuple] = []
@@ -327,7 +327,7 @@ def test_compile_option_routes_the_chunk_step_through_torch_compile(monkeypatch:
     monkeypatch.setattr(torch, "compile", fake_compile)
     monkeypatch.setattr(titans, "_COMPILED", {})
     x = layer_inputs(1)
-    for mode in ("off", "default"):
+    for mode in ("eager", "default"):
         mem = plugin("mag", compile=mode)
         mem(x, mem.initial_state(B, torch.device("cpu")))
     assert calls[0] == (titans.chunk_step, {"mode": "default", "dynamic": False, "fullgraph": True})
