@@ -135,14 +135,15 @@ def bench(cfg: Any, docs: list, steps: int, device: torch.device, count_ops: boo
         return res.nll_sum / max(res.tokens, 1)
 
     began = time.perf_counter()
-    for i in range(warmup):  # kernels, allocator, compilation
-        step(i)
+    # kernels, allocator, compilation; the first step's loss (same weights and batch for every run of a
+    # method) shows whether an option changed the values
+    first_loss = [step(i) for i in range(max(warmup, 1))][0]
     sync()
     warm_s = time.perf_counter() - began
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     elapsed, loss = 0.0, float("nan")
-    for i in range(warmup, warmup + steps):
+    for i in range(max(warmup, 1), max(warmup, 1) + steps):
         sync()
         t0 = time.perf_counter()
         loss = step(i)
@@ -154,7 +155,8 @@ def bench(cfg: Any, docs: list, steps: int, device: torch.device, count_ops: boo
             step(warmup + steps)
     row = {"params": model.num_parameters(), "batch_size": tc.batch_size, "step_s": elapsed / steps,
            "tokens_per_s": tc.batch_size * tc.window_segments * m.segment_len * steps / elapsed,
-           "warmup_s": warm_s, "saved_mb": peak[0] / 2**20 if saved else None, "loss": loss,
+           "warmup_s": warm_s, "saved_mb": peak[0] / 2**20 if saved else None,
+           "first_loss": first_loss, "loss": loss,
            "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None}
     if count_ops:
         counter = OpCounter()
@@ -224,7 +226,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             saved_mb = f"  saved {row['saved_mb']:9,.0f} MB" if row["saved_mb"] is not None else ""
             ratio = f"{row['x_local']:6.3f}x local" if row["x_local"] is not None else "  (no local)"
             print(f"{text:40s} {row['step_s']:8.3f} s/step {row['tokens_per_s']:>10,.0f} tok/s {ratio}{cuda_mb}"
-                  f"{saved_mb}{ops}  warm-up {row['warmup_s']:.0f} s  loss {row['loss']:.3f}",
+                  f"{saved_mb}{ops}  warm-up {row['warmup_s']:.0f} s  first loss {row['first_loss']:.4f}",
                   flush=True)
         else:
             print(f"{text:40s} {row['status']}", flush=True)
