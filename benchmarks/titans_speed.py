@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import sys
 import time
 from collections import Counter
@@ -173,7 +174,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--suite", default="paper-gpu", help="the suite whose backbone and options are used")
     ap.add_argument("--batch-size", type=int, default=None, help="rows per step (default: the suite's)")
     ap.add_argument("--steps", type=int, default=3, help="timed training steps per run")
-    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 1; 2 where a memory compiles)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed steps first (default 1; 2 where a memory compiles, 3 with CUDA graphs)")
     ap.add_argument("--runs", nargs="+", default=None,
                     help="method[:key=value,...] each; the first `local` is the ratios' denominator "
                          f"(default on CUDA: {' '.join(GPU_RUNS)}; on the CPU: {' '.join(CPU_RUNS)})")
@@ -210,12 +212,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             try:
                 cfg = run_config(args.suite, method, options, overrides)
                 saved = args.saved or device.type == "cpu"
-                compiled = str(cfg.memory.get("compile", "eager")) != "eager"
-                warmup = args.warmup if args.warmup is not None else 2 if compiled else 1
+                mode = str(cfg.memory.get("compile", "eager"))  # CUDA graphs record on a later call than compilation
+                warmup = args.warmup if args.warmup is not None else {"eager": 1, "reduce-overhead": 3}.get(mode, 2)
                 row.update(bench(cfg, docs, args.steps, device, args.count_ops, warmup, saved), status="ok")
             except Exception as err:  # noqa: BLE001  one run failing is a row, not a lost table
                 row["status"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
             if device.type == "cuda":
+                gc.collect()  # a failed run's frames (its model, its activations) sit in reference cycles
                 torch.cuda.empty_cache()
         if row.get("status") == "ok":
             if method == "local" and local_tps is None:
