@@ -15,7 +15,8 @@ steps; on the CPU (or with --saved), `saved_mb`, the largest sum over one block 
 distinct storages autograd saved for backward, parameters excluded (torch.autograd.graph.saved_tensors_hooks):
 the activation memory a step holds.
 `--count-ops` counts aten calls of one step, forward and backward (a TorchDispatchMode), a proxy for
-kernel launches where small operations dominate. One run failing (an error, out of memory) gives a row
+kernel launches where small operations dominate, and the host syncs among them (a tensor read as a
+Python number: on a GPU the host waits for every queued kernel). One run failing (an error, out of memory) gives a row
 that says so; the others go on. Writes titans_speed.csv.
 """
 from __future__ import annotations
@@ -164,6 +165,7 @@ def bench(cfg: Any, docs: list, steps: int, device: torch.device, count_ops: boo
         with counter:
             step(warmup + steps + 1)
         row["aten_ops"] = sum(counter.counts.values())
+        row["host_syncs"] = counter.counts["_local_scalar_dense"]  # .item(), bool(t), int(t): a wait on a GPU
         row["top_ops"] = " ".join(f"{k}:{v}" for k, v in counter.counts.most_common(6))
     return row
 
@@ -225,7 +227,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 local_tps = row["tokens_per_s"]
             row["x_local"] = row["tokens_per_s"] / local_tps if local_tps else None
             cuda_mb = f"  peak {row['peak_cuda_mb']:9,.0f} MB" if row["peak_cuda_mb"] is not None else ""
-            ops = f"  {row['aten_ops']:>9,} aten ops" if "aten_ops" in row else ""
+            ops = f"  {row['aten_ops']:>9,} aten ops {row['host_syncs']:>5,} syncs" if "aten_ops" in row else ""
             saved_mb = f"  saved {row['saved_mb']:9,.0f} MB" if row["saved_mb"] is not None else ""
             ratio = f"{row['x_local']:6.3f}x local" if row["x_local"] is not None else "  (no local)"
             print(f"{text:40s} {row['step_s']:8.3f} s/step {row['tokens_per_s']:>10,.0f} tok/s {ratio}{cuda_mb}"
