@@ -257,3 +257,30 @@ def test_pending_states_are_attended() -> None:
     changed = output(moved)
     assert not torch.allclose(base[0], changed[0], atol=1e-3), "row 0's pending states were not attended"
     assert torch.equal(base[1], changed[1]), "an empty pending slot was attended"
+
+
+def test_masked_attention_is_the_softmax_formula_with_an_empty_row() -> None:
+    """masked_attention == softmax(q kᵀ / √D over the valid keys) v in float64, values and gradients;
+    a row with no valid key averages every value, with finite gradients (the loss masks such a row out,
+    as the reconstruction loss does)."""
+    from memzoo.memories.compressive import masked_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 5, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    k, v = k[:, :, :4].detach().requires_grad_(), v[:, :, :4].detach().requires_grad_()  # M = 4 keys
+    valid = torch.tensor([[True, False, True, True], [False, False, False, False], [True, True, True, False]])
+    out = masked_attention(q, k, v, valid)
+    ref = []
+    for b in range(3):
+        keep = valid[b] if valid[b].any() else torch.ones(4, dtype=torch.bool)  # none valid: all, uniformly
+        scores = q[b] @ k[b, :, keep].transpose(-1, -2) / 2.0  # √D = 2
+        if not valid[b].any():
+            scores = torch.zeros_like(scores)
+        ref.append(scores.softmax(-1) @ v[b, :, keep])
+    ref = torch.stack(ref)
+    assert torch.allclose(out, ref, atol=1e-12)
+    rows = valid.any(dim=1)[:, None, None, None]
+    grads = torch.autograd.grad((out.square() * rows).sum(), (q, k, v), retain_graph=True)
+    ref_grads = torch.autograd.grad((ref.square() * rows).sum(), (q, k, v))
+    assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(grads, ref_grads))
+    assert all(torch.isfinite(gr).all() for gr in torch.autograd.grad(out.square().sum(), (q, k, v)))

@@ -284,3 +284,53 @@ def test_outer_gradient_bounded_at_the_quick_segment(variant: str) -> None:
     F.cross_entropy(logits[:, :, :-1].reshape(-1, 256), tokens[:, :, 1:].reshape(-1)).backward()
     norm = torch.sqrt(sum(p.grad.square().sum() for p in model.parameters() if p.grad is not None))
     assert float(norm) < 50, float(norm)
+
+
+# -- speed options: values and gradients unchanged -------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["mac", "mag"])
+def test_checkpointed_scan_equals_the_stored_one(variant: str) -> None:
+    """checkpoint=True (each segment's scan recomputed in backward) gives the same outputs, state and
+    gradients w.r.t. every input and parameter as the scan that stores its activations (float64)."""
+    results = []
+    for checkpoint in (False, True):
+        mem = plugin(variant, checkpoint=checkpoint)
+        x = layer_inputs(2)
+        out, state, _ = mem(x, mem.initial_state(B, torch.device("cpu")))
+        probe = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        loss = (probe * out).sum() + sum(t.square().sum() for t in state.values())
+        wrt = [x.q, x.k, x.v, x.h, *mem.parameters()]
+        results.append((out, state, torch.autograd.grad(loss, wrt)))
+    (out0, st0, g0), (out1, st1, g1) = results
+    assert torch.allclose(out0, out1, **TOL)
+    assert all(torch.allclose(st0[k], st1[k], **TOL) for k in st0)
+    assert len(g0) == len(g1) and all(torch.allclose(a, b, **TOL) for a, b in zip(g0, g1))
+    assert all(float(g.abs().max()) > 0 for g in g1[:4])  # not vacuous: the inputs get gradient
+
+
+def test_compile_option_routes_the_chunk_step_through_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile='default' calls torch.compile on the chunk step once and uses what it returns (a
+    recording stand-in here: CPU tests never compile); 'eager' does not; a bad mode is refused by name."""
+    import memzoo.memories.titans as titans
+
+    calls: list[tuple] = []
+
+    def fake_compile(fn, **kwargs):
+        calls.append((fn, kwargs))
+
+        def wrapped(*args):
+            calls.append(("step",))
+            return fn(*args)
+        return wrapped
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(titans, "_COMPILED", {})
+    x = layer_inputs(1)
+    for mode in ("eager", "default"):
+        mem = plugin("mag", compile=mode)
+        mem(x, mem.initial_state(B, torch.device("cpu")))
+    assert calls[0] == (titans.chunk_step, {"mode": "default", "dynamic": False, "fullgraph": True})
+    assert calls[1:] == [("step",)] * 2  # N = 6 tokens in chunks of 4: two chunk steps, both compiled
+    with pytest.raises(ValueError, match="compile='fast'"):
+        plugin("mag", compile="fast")

@@ -83,6 +83,9 @@ def zero_loss(ref: Tensor) -> Tensor:
     return ref.new_zeros((), dtype=working_dtype(ref))
 
 
+HOST_CHECKED = ("cpu",)  # devices where reset_rows reads `rows.any()` to skip the blend (free on the host)
+
+
 def where_rows(rows: Tensor, fresh: State, state: State) -> State:
     """Take `fresh` for the rows marked in `rows` [B], `state` elsewhere (shapes must agree)."""
     out: State = {}
@@ -132,8 +135,10 @@ class _Memory(nn.Module):
         return {}
 
     def reset_rows(self, state: State, rows: Tensor) -> State:
-        """Fresh state for the rows marked in `rows` [B] (a document boundary), unchanged elsewhere."""
-        if not state or not bool(rows.any()):
+        """Fresh state for the rows marked in `rows` [B] (a document boundary), unchanged elsewhere.
+        Off the CPU the fresh state is blended in unconditionally: asking whether any row resets would
+        make the host wait for every queued kernel, once per layer and segment."""
+        if not state or (rows.device.type in HOST_CHECKED and not bool(rows.any())):
             return state
         batch = rows.shape[0]
         return where_rows(rows, self.initial_state(batch, rows.device), state)

@@ -80,9 +80,24 @@ def unit_rms(x: Tensor, eps: float = 1e-6) -> Tensor:
 
 
 def dpfp(x: Tensor, nu: int) -> Tensor:
-    """DPFP-ν features: [..., d] -> [..., 2 ν d], every entry >= 0."""
-    x = torch.cat((F.relu(x), F.relu(-x)), dim=-1)  # [..., 2d]
-    return torch.cat([x * x.roll(j, dims=-1) for j in range(1, nu + 1)], dim=-1)  # [..., 2νd]
+    """DPFP-ν features: [..., d] -> [..., 2 ν d], every entry >= 0: φ[(j−1)·2d + p] = r_p r_{(p−j) mod 2d},
+    r = [relu(x), relu(−x)], j = 1..ν (the ν rolls of r as one gather: two kernels, not 2ν + 1)."""
+    r = torch.cat((F.relu(x), F.relu(-x)), dim=-1)  # [..., 2d]
+    n = r.shape[-1]
+    rolled = r[..., _roll_index(nu, n, r.device)].unflatten(-1, (nu, n))  # [..., ν, 2d]: r_{(p−j) mod 2d}
+    return (r[..., None, :] * rolled).flatten(-2)  # [..., 2νd]
+
+
+_ROLLS: dict[tuple[int, int, str], Tensor] = {}
+
+
+def _roll_index(nu: int, n: int, device: torch.device) -> Tensor:
+    """(p − j) mod n for j = 1..ν, p = 0..n−1, flattened j-major ([ν n], cached per device)."""
+    key = (nu, n, str(device))
+    if key not in _ROLLS:
+        j, p = torch.arange(1, nu + 1)[:, None], torch.arange(n)[None, :]
+        _ROLLS[key] = ((p - j) % n).flatten().to(device)
+    return _ROLLS[key]
 
 
 class AssociativeLayer(nn.Module):

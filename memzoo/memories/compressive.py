@@ -53,7 +53,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from einops import einsum, rearrange
+import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor, nn
 
 from memzoo.core.attention import KVPrefix
@@ -102,10 +103,12 @@ class Compressor(nn.Module):
 
 
 def masked_attention(q: Tensor, k: Tensor, v: Tensor, valid: Tensor) -> Tensor:
-    """Content-only softmax attention. q: [B, H, N, D], k/v: [B, H, M, D], valid: [B, M] -> [B, H, N, D]."""
-    scores = einsum(q, k, "b h n d, b h m d -> b h n m") / q.shape[-1] ** 0.5
-    scores = scores.masked_fill(~valid[:, None, None, :], torch.finfo(scores.dtype).min)
-    return einsum(scores.softmax(dim=-1), v, "b h n m, b h m d -> b h n d")
+    """Content-only softmax attention. q: [B, H, N, D], k/v: [B, H, M, D], valid: [B, M] -> [B, H, N, D].
+    One fused kernel (the scores are never stored for backward); invalid keys get the dtype's lowest
+    score, so a row with none valid averages every value, finite (its loss is masked out: its gradient
+    is finite but not the masked formula's)."""
+    bias = torch.zeros(valid.shape, dtype=q.dtype, device=q.device).masked_fill(~valid, torch.finfo(q.dtype).min)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias[:, None, None, :])  # scale 1/√D
 
 
 def gather_slots(x: Tensor, index: Tensor) -> Tensor:

@@ -48,10 +48,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
@@ -62,6 +63,7 @@ from memzoo.core.plugins import register_memory
 from memzoo.core.precision import working_dtype
 
 VARIANTS = ("mac", "mag")
+COMPILE_MODES = ("eager", "default", "reduce-overhead")
 
 
 @dataclass
@@ -77,6 +79,9 @@ class TitansConfig:
     eta_init: float = 0.9  # momentum η at initialisation
     theta_init: float = 0.005  # inner learning rate θ at initialisation
     theta_max: float = 0.01  # θ = theta_max · sigmoid(·): the chunked form diverges when θ/(1 − η) nears 1 (README)
+    # Speed and memory only (values and gradients unchanged up to float rounding):
+    compile: str = "eager"  # eager | default | reduce-overhead: torch.compile of the chunk step (~190 small kernels a chunk, eager)
+    checkpoint: bool = False  # recompute the scan, convolutions, reads and gating in backward: keeps their inputs only
 
 
 # ------------------------------------------------------------------------------------------
@@ -180,8 +185,22 @@ def chunk_step(states: list[Tensor], keys: Tensor, values: Tensor, queries: Tens
     return r, new
 
 
+_COMPILED: dict[str, Callable[..., tuple[Tensor, list[Tensor]]]] = {}
+
+
+def compiled_chunk_step(mode: str) -> Callable[..., tuple[Tensor, list[Tensor]]]:
+    """`chunk_step`, or its torch.compile in `mode` (one of COMPILE_MODES; compiled once per mode and
+    shared by every layer and both variants, whose chunk shapes repeat)."""
+    if mode == "eager":
+        return chunk_step
+    if mode not in _COMPILED:
+        _COMPILED[mode] = torch.compile(chunk_step, mode=mode, dynamic=False, fullgraph=True)
+    return _COMPILED[mode]
+
+
 def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, values: Tensor, queries: Tensor,
-                log_keep: Tensor, log_eta: Tensor, lr: Tensor, chunk_size: int, grad_clip: float
+                log_keep: Tensor, log_eta: Tensor, lr: Tensor, chunk_size: int, grad_clip: float,
+                step: Callable[..., tuple[Tensor, list[Tensor]]] = chunk_step
                 ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
     """Write a segment's tokens chunk by chunk (chunks from the segment's first token; the last one
     is what is left) and read M_i(q_i) after each token's write. Returns (reads [B, H, n, D], W, S).
@@ -213,7 +232,7 @@ def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, val
     parts = zip(keys.split(sizes, -2), values.split(sizes, -2), queries.split(sizes, -2), lr.split(sizes, -1), coefs,
                 scores, key_norm2)
     for k, v, q, theta, coef, qk, k2 in parts:
-        r, states = chunk_step(states, k, v, q, coef, theta, grad_clip, qk, k2)
+        r, states = step(states, k, v, q, coef, theta, grad_clip, qk, k2)
         reads.append(r)
     weights, momentum = zip(*(st.unbind(2) for st in states))
     return torch.cat(reads, dim=-2), list(weights), list(momentum)
@@ -304,6 +323,8 @@ class Titans(LayerMemory):
             raise ValueError(f"titans variant={cfg.variant!r}; expected one of {VARIANTS}")
         if not 0 < cfg.theta_init < cfg.theta_max:
             raise ValueError(f"titans theta_init={cfg.theta_init}, theta_max={cfg.theta_max}; expected 0 < theta_init < theta_max")
+        if cfg.compile not in COMPILE_MODES:
+            raise ValueError(f"titans compile={cfg.compile!r}; expected one of {COMPILE_MODES}")
         if cfg.depth < 1 or cfg.expansion < 1 or cfg.chunk_size < 1 or cfg.conv_kernel < 1 or cfg.n_persistent < 0:
             raise ValueError(f"titans: depth, expansion, chunk_size, conv_kernel must be >= 1, n_persistent >= 0; got {cfg}")
         h, d = model.n_heads, model.d_head
@@ -360,13 +381,22 @@ class Titans(LayerMemory):
                gates: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, State]:
         """Chunked write of one segment (float32), reading M_i(q_i) after each token's write.
         gates: log(1 − α), log η, θ, each [B, H, n]."""
-        dt = self.state_dtype()
+        dt, cfg = self.state_dtype(), self.cfg
+        step = compiled_chunk_step(cfg.compile)
         with torch.autocast(device_type=keys.device.type, enabled=False):
             weights, momentum = self._unpack(state)
-            reads, weights, momentum = scan_memory(
-                weights, momentum, keys.to(dt), values.to(dt), queries.to(dt), *gates,
-                self.cfg.chunk_size, self.cfg.grad_clip)
+            args = (weights, momentum, keys.to(dt), values.to(dt), queries.to(dt), *gates, cfg.chunk_size, cfg.grad_clip, step)
+            reads, weights, momentum = self._recompute(scan_memory, *args)
         return reads, self._pack(weights, momentum)
+
+    def _recompute(self, fn: Callable, *args):
+        """fn(*args); with `checkpoint` (and gradient on) recomputed in backward, so autograd keeps its
+        inputs, not its intermediates. An output that is a view is copied: it would hold its whole base."""
+        if not (self.cfg.checkpoint and torch.is_grad_enabled()):
+            return fn(*args)
+        out = torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
+        copy = lambda t: t.clone() if isinstance(t, Tensor) and t._base is not None else t  # noqa: E731
+        return tuple(copy(t) for t in out) if isinstance(out, tuple) else copy(out)
 
     def features(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Conv + SiLU of each ([..., H, n, D], state dtype), q and k ℓ2-normalised."""
@@ -387,21 +417,22 @@ class Titans(LayerMemory):
         flat = lambda t: rearrange(t, "b s h n d -> (b s) h n d")  # noqa: E731  segments independent here
         y = x.attend(flat(x.q), flat(x.k), flat(x.v), prefix=self._persistent_prefix(x.project_kv, b * s, x.q.device))
         unflat = lambda t: rearrange(t, "(b s) h n d -> b s h n d", b=b)  # noqa: E731
-        qs, ks, vs = (unflat(t).unbind(1) for t in self.features(flat(x.q), flat(x.k), flat(x.v)))  # conv restarts per segment
+        feats = self._recompute(self.features, flat(x.q), flat(x.k), flat(x.v))  # conv restarts per segment
+        qs, ks, vs = (unflat(t).unbind(1) for t in feats)
         gates = [g.unbind(1) for g in self.gate_values_of(x.h)]  # 3 x S x [B, H, N]
         reads = []
         for i, reset in enumerate(x.reset.unbind(1)):
             state = self.reset_rows(state, reset)
             m, state = self._write(state, ks[i], vs[i], qs[i], tuple(g[i] for g in gates))
             reads.append(m)
-        out = self.combine(unflat(y), torch.stack(reads, dim=1))  # [B, S, H, N, D]
+        out = self._recompute(self.combine, unflat(y), torch.stack(reads, dim=1))  # [B, S, H, N, D]
         return out, state, zero_loss(x.q)
 
     # -- MAC: segment by segment in the paper's order (what does not depend on the state: all at once)
 
     def mac_forward(self, x: LayerInputs, state: State) -> tuple[Tensor, State, Tensor]:
         b, s = x.q.shape[:2]
-        q_read = self.read_queries(rearrange(x.q, "b s h n d -> (b s) h n d"))  # conv restarts per segment
+        q_read = self._recompute(self.read_queries, rearrange(x.q, "b s h n d -> (b s) h n d"))  # conv restarts per segment
         q_read = rearrange(q_read, "(b s) h n d -> b s h n d", b=b).unbind(1)
         gates = [g.unbind(1) for g in self.gate_values_of(x.h)]  # 3 x S x [B, H, N]
         prefix = self._persistent_prefix(x.project_kv, b, x.q.device)
@@ -453,8 +484,8 @@ class Titans(LayerMemory):
     def mac_segment(self, x: SegmentInputs, state: State, q_read: Tensor, gates: tuple[Tensor, Tensor, Tensor],
                     prefix: Optional[KVPrefix]) -> tuple[Tensor, State]:
         """Read the old memory, attend, write y, gate y with the new memory's read."""
-        retrieved = self.retrieve(state, q_read)  # M_{t−1}, before any write of this segment
+        retrieved = self._recompute(self.retrieve, state, q_read)  # M_{t−1}, before any write of this segment
         y = self.attend_with_context(x, retrieved, prefix)  # [B, H, N, D]
-        yq, yk, yv = self.y_features(y)
+        yq, yk, yv = self._recompute(self.y_features, y)
         m, state = self._write(state, yk, yv, yq, gates)  # M_i(q_y,i) after the writes of tokens ≤ i
-        return self.combine(y, m), state
+        return self._recompute(self.combine, y, m), state
