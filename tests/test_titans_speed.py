@@ -1,19 +1,16 @@
-"""benchmarks/titans_speed.py: runs parse into memory options, the bytes saved for backward count each
+"""benchmarks/gpu/titans_speed.py: runs parse into memory options, the bytes saved for backward count each
 storage once and no parameter, a run that fails is a row while the others are measured, and without
 CUDA a CUDA run says so in one line."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-spec = importlib.util.spec_from_file_location("titans_speed", Path(__file__).resolve().parent.parent / "benchmarks" / "titans_speed.py")
-ts = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ts)
+import benchmarks.gpu.titans_speed as ts
 
 
 def test_parse_run_reads_yaml_scalars_and_names_a_bad_item() -> None:

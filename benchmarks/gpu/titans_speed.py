@@ -1,13 +1,13 @@
 """Training-step time of memories against `local` at a suite's backbone, side by side in one process:
 step time, tokens/s as a ratio to `local`, peak memory, and the number of aten operations per step.
 
-    python benchmarks/titans_speed.py [--device cuda] [--suite paper-gpu] [--batch-size 48] [--steps 3]
+    python benchmarks/gpu/titans_speed.py [--device cuda] [--suite paper-gpu] [--batch-size 48] [--steps 3]
         [--runs local titans-mag 'titans-mag:chunk_size=64,compile=eager'] [--set run.model.n_layers=2]
         [--count-ops] [--out results/titans-speed]
 
 The GPU run (paper-gpu backbone, the suite's batch, bf16; the default runs below):
 
-    python benchmarks/titans_speed.py --steps 2 --max-seconds 420 --out results/titans-speed
+    python benchmarks/gpu/titans_speed.py --steps 2 --max-seconds 420 --out results/titans-speed
 
 A run is a method, optionally with memory options after a colon (`name:key=value,key=value`), over the
 suite's own options for it. Memory: on CUDA the peak of torch.cuda.max_memory_allocated over the timed
@@ -190,7 +190,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("benchmarks/titans_speed.py: no CUDA device here, nothing measured (pass --device cpu)")
+        print("benchmarks/gpu/titans_speed.py: no CUDA device here, nothing measured (pass --device cpu)")
         return 0
     from memzoo.data.corpus import load_documents, split_documents
 
