@@ -12,7 +12,7 @@ import pytest
 from conftest import Killed, spy_train
 from memzoo.suites.compare import _worker, _worker_args, expand, is_finished, load_suite
 from memzoo.core.config import ConfigError
-from memzoo.running.longrange import weights_id
+from memzoo.running.harness import weights_id
 from memzoo.running.checkpoints import load_checkpoint
 
 SUITE = """

@@ -17,11 +17,8 @@ again. By default each (task, length) runs in a fresh process, so `peak_rss_mb` 
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import json
-import multiprocessing
 import time
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -38,7 +35,7 @@ from memzoo.data.tasks import bytes_to_tensor
 from memzoo.running.configure import saved_run_config
 from memzoo.running.evaluate import peak_rss_mb
 from memzoo.running.generate import StreamingDecoder
-from memzoo.running.longrange import _merge_into_result, _method_of, in_process, trained_run
+from memzoo.running.harness import WORKER_DIED, atomic_text, in_process, merge_into_result, method_of, run_isolated, trained_run
 
 GENERATED = "generate"  # data=generate: the generator's test split, made in memory
 GENERATED_SAMPLES = 100  # samples per (task, length) when data=generate and max_samples is unset
@@ -160,16 +157,11 @@ def _cell_worker(run_dir: str, cfg_dict: dict[str, Any], task: str, length: str,
     return {**evaluate_cell(model, samples, task, length, cfg, run_cfg.train.precision, progress), "rss_isolated": True}
 
 
-def _run_isolated(run_dir: Path, cfg: BabilongConfig, task: str, length: str, progress: bool) -> dict[str, Any]:
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as pool:
-        try:
-            return pool.submit(_cell_worker, str(run_dir), asdict(cfg), task, length, progress).result()
-        except BrokenProcessPool:
-            return {"task": task, "length": length, "reset_before_question": cfg.reset_before_question,
-                    "accuracy_official": None, "accuracy_exact": None, "n": 0, "tokens_per_s": None,
-                    "peak_rss_mb": None, "rss_isolated": True, **cfg.settings(),
-                    "status": "out of budget: the worker process died (killed, most likely for memory)"}
+def _died(cfg: BabilongConfig, task: str, length: str) -> dict[str, Any]:
+    """The row of a (task, length) whose worker process died."""
+    return {"task": task, "length": length, "reset_before_question": cfg.reset_before_question,
+            "accuracy_official": None, "accuracy_exact": None, "n": 0, "tokens_per_s": None,
+            "peak_rss_mb": None, "rss_isolated": True, **cfg.settings(), "status": WORKER_DIED}
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str, bool]:
@@ -190,10 +182,7 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _write_rows(run_dir: Path, rows: list[dict[str, Any]]) -> None:
-    path = run_dir / "babilong.jsonl"
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(path)
+    atomic_text(run_dir / "babilong.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def trained_length(run_dir: Path) -> Optional[int]:
@@ -208,7 +197,7 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
     keeping them in RUN_DIR/babilong.jsonl and result.json after each. `model`: evaluate it in-process
     instead of loading the run (with isolate off)."""
     run_dir, weights = trained_run(run_dir)
-    method, kept, longest = _method_of(run_dir), read_rows(run_dir), trained_length(run_dir)
+    method, kept, longest = method_of(run_dir), read_rows(run_dir), trained_length(run_dir)
     run_cfg, model = in_process(run_dir, cfg.isolate, cfg.threads, model)
     want = [(t, n, cfg.reset_before_question) for t in cfg.tasks for n in cfg.lengths]
     for task, length, _ in want:
@@ -216,7 +205,8 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
                           and _matches(r, cfg, weights) for r in kept):
             continue
         if cfg.isolate:
-            row = _run_isolated(run_dir, cfg, task, length, progress)
+            row = run_isolated(_cell_worker, (str(run_dir), asdict(cfg), task, length, progress),
+                               lambda: _died(cfg, task, length))
         else:
             samples = load_samples(cfg, task, length)
             row = {**evaluate_cell(model, samples, task, length, cfg, run_cfg.train.precision, progress),
@@ -225,5 +215,5 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
         kept = [r for r in kept if _key(r) != _key(row)] + [row]
         kept.sort(key=lambda r: (r["task"], length_bytes(r["length"]), r["reset_before_question"]))
         _write_rows(run_dir, kept)
-        _merge_into_result(run_dir, "babilong", kept)
+        merge_into_result(run_dir, "babilong", kept)
     return [r for r in kept if _key(r) in set(want) and _matches(r, cfg, weights)]

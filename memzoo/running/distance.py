@@ -45,8 +45,8 @@ from memzoo.running.checkpoints import load_trained
 from memzoo.running.configure import load_run_config
 from memzoo.running.evaluate import peak_rss_mb
 from memzoo.running.generate import StreamingDecoder
-from memzoo.running.longrange import (OutOfBudget, _Meter, _atomic_json, _merge_into_result, _stream, reusable,
-                                      total_memory_mb, weights_id)
+from memzoo.running.harness import (Meter, OutOfBudget, atomic_json, default_budget, merge_into_result, reusable, stream,
+                                    weights_id)
 from memzoo.running.recall_stream import training_layout
 
 DEFAULT_GAPS = [1, 2, 4, 8, 16, 64, 256, 1024, 4096]
@@ -83,7 +83,7 @@ class DistanceConfig:
 
     def budget(self) -> dict[str, Optional[float]]:
         """The limits a row was measured under (an out-of-budget row is retried under larger ones)."""
-        return {"time_limit_s": self.time_limit_s, "memory_limit_mb": self.memory_limit_mb or round(0.6 * total_memory_mb())}
+        return default_budget(self.time_limit_s, self.memory_limit_mb)
 
 
 def distance_batch(layout: dict[str, int], gap: int, trials: int, segment_len: int, seed: int) -> SegmentRecallBatch:
@@ -159,7 +159,7 @@ class ProbeStream:
         return logits, recall_scores(predicted, self.examples)
 
 
-def stream_gaps(model: MemoryModel, gaps: list[int], cfg: DistanceConfig, layout: dict[str, int], meter: _Meter,
+def stream_gaps(model: MemoryModel, gaps: list[int], cfg: DistanceConfig, layout: dict[str, int], meter: Meter,
                 precision: str = "fp32", progress: bool = False) -> Iterator[list[dict[str, Any]]]:
     """The rows of every gap, shortest first, from one stream: the examples of the longest gap fed
     segment by segment, and at segment R + G the queries' segment read from the state without
@@ -180,7 +180,7 @@ def stream_gaps(model: MemoryModel, gaps: list[int], cfg: DistanceConfig, layout
     offsets = query_offsets(batch, examples, n)
     for gap in gaps:
         stop = (last_write + gap) * n  # the segments before the queries' segment at this gap
-        seconds += _stream(decoder, data[:, done:stop], meter, f"distance {gap:,}", progress, offset=done, total=total)
+        seconds += stream(decoder, data[:, done:stop], meter, f"distance {gap:,}", progress, offset=done, total=total)
         done = stop
         start = time.perf_counter()
         logits = decoder.peek(query)  # [A B, N, V]
@@ -226,8 +226,8 @@ def evaluate_distance(run_dir: str | Path, cfg: DistanceConfig, resume: bool = T
         keys = {(r["gap_segments"], r["reset_after_pairs"]) for r in rows}
         kept = sorted([r for r in kept if (r["gap_segments"], r["reset_after_pairs"]) not in keys] + rows,
                       key=lambda r: (r["gap_segments"], r["reset_after_pairs"]))
-        _atomic_json(store, kept)
-        _merge_into_result(run_dir, "distance", kept)
+        atomic_json(store, kept)
+        merge_into_result(run_dir, "distance", kept)
 
     todo = [g for g in sorted(set(cfg.gaps)) if not (resume and _done(kept, g, cfg, weights))]
     ran_out = [g for g in sorted(set(cfg.gaps)) if g not in todo and any(
@@ -237,7 +237,7 @@ def evaluate_distance(run_dir: str | Path, cfg: DistanceConfig, resume: bool = T
                "recall_accuracy": None} for g in todo if g > ran_out[0] for a in arms])
         todo = [g for g in todo if g < ran_out[0]]
     if todo:
-        meter = _Meter(cfg, project=False)  # every gap reached is kept: run to the limit, not to a projection
+        meter = Meter(cfg, project=False)  # every gap reached is kept: run to the limit, not to a projection
         reached: list[int] = []
         try:
             for rows in stream_gaps(model, todo, cfg, layout, meter, run_cfg.train.precision, progress):
