@@ -24,7 +24,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from memzoo.core.config import (ConfigError, RunConfig, _load_yaml_chain, _merge_checked, _parse_overrides, apply_indexed,
+from memzoo.core.config import (ConfigError, RunConfig, load_yaml_chain, merge_checked, parse_overrides, apply_indexed,
                                 preset_path, split_indexed, to_yaml)
 from memzoo.running.configure import load_config, resolve
 from memzoo.running.curriculum import (config_matches, finetune_chain, finished, prepare_stage, stage_overrides,
@@ -110,11 +110,11 @@ def load_suite(name_or_path: Optional[str] = "quick", overrides: Optional[list[s
     path = Path(name_or_path) if name_or_path else None
     if path is None or not path.is_file():
         path = preset_path(f"suites/{name_or_path or 'quick'}")
-    layers: list[Any] = [_load_yaml_chain(path)]
+    layers: list[Any] = [load_yaml_chain(path)]
     plain, indexed = split_indexed(list(overrides or []))
     if plain:
-        layers.append(_parse_overrides(plain))
-    suite = apply_indexed(_merge_checked(schema, *layers, where="suite"), indexed, where="suite")
+        layers.append(parse_overrides(plain))
+    suite = apply_indexed(merge_checked(schema, *layers, where="suite"), indexed, where="suite")
     if suite.jobs < 1:
         raise ConfigError(f"suite.jobs={suite.jobs}; expected >= 1")
     return suite
@@ -236,7 +236,7 @@ def expand(suite: DictConfig) -> list[RunSpec]:
                 cfg.memory = {"name": method, **options, **{k: v for k, v in point.items() if "." not in k}}
                 cfg.methods = {}
                 cfg.seed, cfg.name, cfg.out_dir = int(seed), name, str(root / "runs")
-                cfg = resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=f"suite run {name}"))
+                cfg = resolve(merge_checked(OmegaConf.structured(RunConfig), cfg, where=f"suite run {name}"))
                 if cfg.log.group is None:  # a tracker shows the suite's runs together, each under its run name
                     cfg.log.group = str(suite.name)
                 if suite.token_budget:
@@ -274,7 +274,7 @@ def backbone_specs(suite: DictConfig) -> list[RunSpec]:
     for seed in suite.seeds:
         cfg = OmegaConf.merge(base, suite.run or {}, suite.backbone)
         cfg.seed, cfg.name, cfg.out_dir = int(seed), backbone_name(seed), str(root / "runs")
-        cfg = resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where="suite backbone"))
+        cfg = resolve(merge_checked(OmegaConf.structured(RunConfig), cfg, where="suite backbone"))
         if cfg.log.group is None:
             cfg.log.group = str(suite.name)
         if cfg.task.name != "lm":
@@ -442,7 +442,7 @@ def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imp
 
 def _load_yaml_config(text: str) -> DictConfig:
     """A stage's resolved run config from its YAML text (validated as `memzoo train` would)."""
-    return resolve(_merge_checked(OmegaConf.structured(RunConfig), OmegaConf.create(text), where="suite stage"))
+    return resolve(merge_checked(OmegaConf.structured(RunConfig), OmegaConf.create(text), where="suite stage"))
 
 
 def _stage_yaml(spec: RunSpec) -> dict[str, Optional[str]]:
