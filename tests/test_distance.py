@@ -23,8 +23,8 @@ import memzoo.running.distance
 from memzoo.running.distance import DEFAULT_GAPS, DistanceConfig, distance_batch, evaluate_distance, gap_tokens, stream_gaps
 from memzoo.running.harness import Meter
 from memzoo.running.reach import max_reach_segments, reach_segments
-from memzoo.suites.compare import (_worker, _worker_args, check_parameter_spread_by_width, expand, load_suite,
-                                   parameter_counts)
+from memzoo.suites.compare import (check_parameter_spread_by_width, expand, load_suite, parameter_counts, worker,
+                                   worker_args)
 
 LAYOUT = {"pairs": 4, "queries": 8, "local_queries": 4, "alphabet": 8, "rewrites": 0}
 N = 16
@@ -275,19 +275,19 @@ def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_st
     c0, c1, final = (tmp_path / "results" / "dist" / "runs" / c.name for c in spec.chain)
     assert [p.name for p in (c0, c1, final)] == ["rmt-s0-c0", "rmt-s0-c1", "rmt-s0"]
     evaluation = [{"task": "distance", "gaps": [1, 4, 16], "trials": 2, "segments_per_call": 4}]
-    args = _worker_args(spec, suite, 1, evaluation)
+    args = worker_args(spec, suite, 1, evaluation)
 
     calls: list = []
     spy_train(monkeypatch, calls, kill=("-c1", 2), record=stage_gap)
     with pytest.raises(Killed):
-        _worker(*args)
+        worker(*args)
     assert calls == [(c0.name, 1, 1), (c1.name, 2, 1)]  # stage 1 (gap 1) whole, stage 2 killed after step 2
     assert load_checkpoint(c1)["step"] == 2 and not (c1 / "result.json").exists()
     stamp = (c0 / "result.json").stat().st_mtime_ns
 
     calls.clear()
     spy_train(monkeypatch, calls, record=stage_gap)
-    _worker(*args)
+    worker(*args)
     assert calls == [(c1.name, 2, 3), (final.name, 4, 1)]  # resumed at step 3; stage 1 not re-run
     assert (c0 / "result.json").stat().st_mtime_ns == stamp
     rows = json.loads((final / "distance.json").read_text())
@@ -296,7 +296,7 @@ def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_st
     assert json.loads((final / "result.json").read_text())["distance"] == rows
 
     calls.clear()
-    _worker(*args)  # everything done: nothing trained, nothing measured again
+    worker(*args)  # everything done: nothing trained, nothing measured again
     assert calls == [] and json.loads((final / "distance.json").read_text()) == rows
 
     # `memzoo distance RUN_DIR` with the suite's settings reads the same rows back, measuring nothing.

@@ -17,6 +17,7 @@ again. By default each (task, length) runs in a fresh process, so `peak_rss_mb` 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,6 +35,7 @@ from memzoo.data.babilong import (QUESTION_TEMPLATE, Sample, check_task_name, la
 from memzoo.data.tasks import bytes_to_tensor
 from memzoo.running.configure import saved_run_config
 from memzoo.running.evaluate import peak_rss_mb
+from memzoo.running.evaluations import Command, Evaluation, fmt, names, numbers, register_evaluation
 from memzoo.running.generate import StreamingDecoder
 from memzoo.running.harness import WORKER_DIED, atomic_text, in_process, merge_into_result, method_of, run_isolated, trained_run
 
@@ -217,3 +219,55 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
         _write_rows(run_dir, kept)
         merge_into_result(run_dir, "babilong", kept)
     return [r for r in kept if _key(r) in set(want) and _matches(r, cfg, weights)]
+
+
+def add_story_options(s: argparse.ArgumentParser) -> None:
+    """The generator's options (babilong-generate, and babilong with --data generate)."""
+    s.add_argument("--seed", type=int, default=0, help="the generator's seed (samples differ by seed)")
+    s.add_argument("--facts", type=numbers(int, "--facts"), default=None,
+                   help="FEWEST,MOST facts per story (default per task: qa1 2,8; qa2 4,12; qa3 6,16)")
+    s.add_argument("--depth", type=numbers(float, "--depth"), default=[0.0, 1.0],
+                   help="LO,HI: the facts' depths in the background, as fractions (default 0,1)")
+    s.add_argument("--background", default="stdlib",
+                   help="the background sentences' corpus: stdlib (docstrings and comments), a file, a folder, hf:NAME")
+
+
+def _arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("run_dir", help="a trained run folder (e.g. fine-tuned with task.name=babilong)")
+    s.add_argument("--data", required=True,
+                   help="hf:RMT-team/babilong, hf:RMT-team/babilong-1k-samples (or any dataset of that layout), a "
+                        "folder of LENGTH/TASK.json(l) files, or generate (the generator's test split)")
+    s.add_argument("--tasks", type=names("--tasks"), default=["qa1"], help="comma-separated, e.g. qa1,qa2")
+    s.add_argument("--lengths", type=names("--lengths"), default=["0k", "1k", "4k"],
+                   help="the dataset's length configs, comma-separated (default 0k,1k,4k; generate: bytes, 4k = 4096)")
+    s.add_argument("--reset-before-question", action="store_true",
+                   help="the ablation: reset the state before the question's segment (rows kept apart)")
+    s.add_argument("--max-samples", type=int, default=None, help="samples per (task, length) (default all; generate 100)")
+    s.add_argument("--segments-per-call", type=int, default=8, help="segments per model call while streaming")
+    s.add_argument("--answer-bytes", type=int, default=12, help="bytes generated after the question")
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    s.add_argument("--no-isolate", action="store_true", help="every (task, length) in this process (peak RSS cumulative)")
+    s.add_argument("--recompute", action="store_true", help="measure again what the run folder already holds")
+    s.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    add_story_options(s)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(data=args.data, tasks=args.tasks, lengths=args.lengths, reset_before_question=args.reset_before_question,
+                max_samples=args.max_samples, segments_per_call=args.segments_per_call, answer_bytes=args.answer_bytes,
+                isolate=not args.no_isolate, threads=args.threads, seed=args.seed, depth=args.depth,
+                background=args.background, facts=args.facts)
+
+
+def _shown(r: dict[str, Any]) -> dict[str, Any]:
+    return {"task": r["task"], "length": r["length"], "reset": "yes" if r["reset_before_question"] else "",
+            "official": fmt(r.get("accuracy_official"), ".2f"), "exact": fmt(r.get("accuracy_exact"), ".2f"),
+            "label_chance": fmt(r.get("label_chance"), ".2f"), "n": r["n"],
+            "tokens_per_s": fmt(r.get("tokens_per_s"), ",.0f"), "peak_rss_mb": fmt(r.get("peak_rss_mb"), ",.0f"),
+            "status": r["status"][:90]}
+
+
+register_evaluation(Evaluation("babilong", BabilongConfig, evaluate_babilong, Command(
+    "BABILong by streaming: official and exact-match accuracy per (task, length)", _arguments, _options, _shown,
+    ["task", "length", "reset", "official", "exact", "label_chance", "n", "tokens_per_s", "peak_rss_mb", "status"],
+    "babilong.jsonl")))

@@ -29,6 +29,7 @@ later evaluation under the same budget does not try them again.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from memzoo.running.capacity import accuracy, hits_by_example, rewrite_metrics
 from memzoo.running.checkpoints import load_trained
 from memzoo.running.configure import load_run_config
 from memzoo.running.evaluate import peak_rss_mb
+from memzoo.running.evaluations import Command, Evaluation, add_stream_options, fmt, numbers, register_evaluation
 from memzoo.running.generate import StreamingDecoder
 from memzoo.running.harness import (Meter, OutOfBudget, atomic_json, default_budget, merge_into_result, reusable, stream,
                                     weights_id)
@@ -248,3 +250,29 @@ def evaluate_distance(run_dir: str | Path, cfg: DistanceConfig, resume: bool = T
                   for g in todo if g not in reached for a in arms])
     wanted = set(cfg.gaps)
     return [r for r in kept if r["gap_segments"] in wanted and reusable(r, cfg, weights)]
+
+
+def _arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("run_dir", help="a run trained on task recall (e.g. a distance suite's run)")
+    s.add_argument("--gaps", type=numbers(int, "--gaps"), default=list(DEFAULT_GAPS),
+                   help="gaps in segments, comma-separated (default the distance suite's 1..4096)")
+    s.add_argument("--trials", type=int, default=64, help="examples per gap (the same for every run at a seed)")
+    s.add_argument("--no-reset", action="store_true", help="skip the reset ablation (the state reset after the last write)")
+    add_stream_options(s, segments_per_call=64, time_limit="seconds for the whole stream before 'out of budget' (0: none)")
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(gaps=args.gaps, trials=args.trials, seed=args.seed, reset=not args.no_reset,
+                segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
+                memory_limit_mb=args.memory_limit_mb, threads=args.threads)
+
+
+def _shown(r: dict[str, Any]) -> dict[str, Any]:
+    return {"gap": f"{r['gap_segments']:,}", "reset": "yes" if r["reset_after_pairs"] else "",
+            "accuracy": fmt(r.get("recall_accuracy"), ".3f"), "chance": fmt(r.get("recall_chance"), ".3f"),
+            "stale": fmt(r.get("recall_stale"), ".3f"), "status": str(r["status"])[:90]}
+
+
+register_evaluation(Evaluation("distance", DistanceConfig, evaluate_distance, Command(
+    "recall of a recall-trained run at each gap (segments from the last write), streamed", _arguments, _options,
+    _shown, ["gap", "reset", "accuracy", "chance", "stale", "status"], "distance.json")))

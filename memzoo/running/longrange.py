@@ -13,6 +13,7 @@ and skips them when run again.
 """
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from tqdm.auto import tqdm
 from memzoo.core.model import MemoryModel
 from memzoo.data.tasks import (bytes_to_tensor, key_segment, key_segments_back, passkey_digit_scores, passkey_fixed_bytes,
                                passkey_prompt, random_key, recall_example, score_passkey)
+from memzoo.running.evaluations import Command, Evaluation, add_stream_options, fmt, numbers, register_evaluation
 from memzoo.running.generate import StreamingDecoder
 from memzoo.running.harness import (WORKER_DIED, Meter, OutOfBudget, atomic_json, default_budget, in_process,
                                     measurements, merge_into_result, method_of, reusable, run_isolated, stream,
@@ -258,3 +260,58 @@ def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool =
 def _row_key(row: dict[str, Any]) -> tuple:
     """What one stored row stands for: (length, depth, reset ablation or not)."""
     return row["length"], row.get("depth"), bool(row.get("reset_after_key", False))
+
+
+def _add_arguments(s: argparse.ArgumentParser, default_lengths: str) -> None:
+    """The options passkey and recall share."""
+    s.add_argument("run_dir", help="a trained run folder (e.g. fine-tuned with task.name=passkey)")
+    s.add_argument("--lengths", type=numbers(int, "--lengths"), default=numbers(int, "")(default_lengths),
+                   help=f"prompt lengths in bytes, comma-separated (default {default_lengths})")
+    s.add_argument("--trials", type=int, default=1, help="examples per length (and depth); one batch per length")
+    s.add_argument("--no-isolate", action="store_true", help="run every length in this process (peak RSS is then cumulative)")
+    add_stream_options(s, segments_per_call=8, time_limit="seconds per length before 'out of budget' (0: none)")
+
+
+def _passkey_arguments(s: argparse.ArgumentParser) -> None:
+    _add_arguments(s, "4096,32768,262144,1048576")
+    s.add_argument("--depths", type=numbers(float, "--depths"), default=[0.0, 0.5, 1.0],
+                   help="key depths as fractions, comma-separated (0 start, 1 end; default 0,0.5,1)")
+    s.add_argument("--key-digits", type=int, default=5)
+    s.add_argument("--reset-after-key", action="store_true",
+                   help="the memory-reset ablation: reset the state right after the key's segment (rows kept apart)")
+
+
+def _recall_arguments(s: argparse.ArgumentParser) -> None:
+    _add_arguments(s, "1024,4096,32768")
+    s.add_argument("--pairs", type=int, default=16)
+    s.add_argument("--queries", type=int, default=8)
+    s.add_argument("--layout", choices=["free", "training"], default="free",
+                   help="training: the run's own recall-across-segments layout, queries LENGTH bytes after the pairs")
+    s.add_argument("--reset-after-key", action="store_true",
+                   help="with --layout training: reset the state right after the pairs' segment (the ablation)")
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    options = dict(task=args.command, lengths=args.lengths, trials=args.trials, seed=args.seed,
+                   segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
+                   memory_limit_mb=args.memory_limit_mb, isolate=not args.no_isolate, threads=args.threads,
+                   reset_after_key=args.reset_after_key)
+    if args.command == "passkey":
+        return {**options, "depths": args.depths, "key_digits": args.key_digits}
+    return {**options, "pairs": args.pairs, "queries": args.queries, "layout": args.layout}
+
+
+def _shown(r: dict[str, Any]) -> dict[str, Any]:
+    return {"length": f"{r['length']:,}", "depth": "" if r.get("depth") is None else r["depth"],
+            "segments_back": r.get("key_segments_back", ""), "accuracy": fmt(r.get("accuracy"), ".2f"),
+            "tokens_per_s": fmt(r.get("tokens_per_s"), ",.0f"), "peak_rss_mb": fmt(r.get("peak_rss_mb"), ",.0f"),
+            "status": r["status"][:90]}
+
+
+_COLUMNS = ["length", "depth", "segments_back", "accuracy", "tokens_per_s", "peak_rss_mb", "status"]
+register_evaluation(Evaluation("passkey", LongRangeConfig, evaluate_longrange, Command(
+    "passkey retrieval by streaming: accuracy, tokens/s, peak memory per (length, depth)", _passkey_arguments,
+    _options, _shown, _COLUMNS, "passkey.json")))
+register_evaluation(Evaluation("recall", LongRangeConfig, evaluate_longrange, Command(
+    "multi-query associative recall by streaming, per length", _recall_arguments, _options, _shown,
+    [c for c in _COLUMNS if c != "segments_back"], "recall.json")))
