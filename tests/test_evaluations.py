@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -115,6 +116,12 @@ def test_the_worked_example_runs_through_a_suite_stage_the_table_and_the_cli(cop
     assert json.loads(capsys.readouterr().out) == rows
     assert main(["copy", str(run_dir), "--length", "0"]) == 2
     assert "copy length=0, trials=4; expected both >= 1" in capsys.readouterr().err
+
+    from memzoo.suites.report import write_report  # the report shows a kind it has no section of its own for
+
+    pd.DataFrame([row]).to_parquet(run_dir.parent / "results.parquet")
+    md, _ = write_report(run_dir.parent, figures=False)
+    assert "## Evaluation copy: its rows per run" in md.read_text()
 
     monkeypatch.setattr(Copier, "length", 24)
     monkeypatch.setitem(copy_kind, "StreamingDecoder", Copier)
