@@ -103,6 +103,10 @@ class Copier:
 def test_the_worked_example_runs_through_a_suite_stage_the_table_and_the_cli(copy_kind, run_dir, capsys,
                                                                             monkeypatch) -> None:
     assert list(evaluations())[-1] == "copy"
+    from memzoo.suites.compare import load_suite, longrange_configs  # a suite's entry, with the runner's threads
+
+    suite = load_suite("quick", ["longrange=[{task: copy, length: 8}]"])
+    assert [(c.task, c.length, c.trials) for c in longrange_configs(suite, threads=2)] == [("copy", 8, 4)]
     rows = run_evaluation(run_dir, {"task": "copy", "length": 40, "trials": 3})  # a suite's `longrange:` entry
     assert len(rows) == 1 and 0.0 <= rows[0]["accuracy"] <= 1.0 and rows[0]["trials"] == 3
     assert json.loads((run_dir / "copy.json").read_text()) == rows

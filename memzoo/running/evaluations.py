@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -94,11 +94,14 @@ def get_evaluation(name: str) -> Evaluation:
 
 def evaluation_config(options: dict[str, Any]) -> Any:
     """One `longrange:` entry (or a command's options) as its kind's config: `task` names the kind
-    (default passkey); the config's own ValueError or TypeError names a bad option."""
+    (default passkey); the config's own ValueError or TypeError names a bad option. `threads`, which
+    a suite's runner sets for every entry, reaches only the configs that have it."""
     name = options.get("task", "passkey")
     evaluation = get_evaluation(name)
     if not evaluation.in_suite:
         raise ConfigError(f"task={name!r} runs at the end of training, not as a long-range stage")
+    if "threads" in options and "threads" not in {f.name for f in fields(evaluation.config)}:
+        options = {k: v for k, v in options.items() if k != "threads"}
     return evaluation.config(**options)
 
 
