@@ -86,6 +86,7 @@ def evaluations() -> dict[str, Evaluation]:
 
 
 def get_evaluation(name: str) -> Evaluation:
+    """The kind registered as `name`; an unknown name is an error listing the registered ones."""
     known = evaluations()
     if name not in known:
         raise ConfigError(f"evaluation task={name!r} is not registered; registered: {', '.join(known)}")
