@@ -37,6 +37,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from memzoo.running.configure import load_config
     from memzoo.running.distributed import env_info
+    from memzoo.running.lm_evaluation import print_summary
     from memzoo.running.train import train
 
     cfg = load_config(args.config, args.overrides)
@@ -45,47 +46,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     result = json.loads((run_dir / "result.json").read_text())
     print(f"run folder: {run_dir}")
-    _print_summary(result)
-    return 0
-
-
-def _print_summary(result: dict) -> None:
-    keys = ["method", "params", "footprint_analytic", "footprint_measured", "valid_bpb", "test_bpb", "tokens_per_s",
-            "train_tokens_per_s", "peak_rss_mb"]
-    for k in keys:
-        if k in result and result[k] is not None:
-            v = result[k]
-            print(f"  {k:20s} {v:.4f}" if isinstance(v, float) else f"  {k:20s} {v}")
-    if result.get("bpb_by_segment"):
-        print("  bpb by segment index: " + " ".join(f"{x:.3f}" for x in result["bpb_by_segment"]))
-
-
-def _evaluation_device(args: argparse.Namespace) -> str:
-    """Where an evaluation command runs, said in one line on stderr: --device, else the run's train.device
-    (a run trained on CUDA falls back to the CPU on a machine without one; a --device cuda there is an
-    error). A --device choice reaches the worker processes of an isolated evaluation through the environment."""
-    import os
-
-    from memzoo.running.checkpoints import EVAL_DEVICE_ENV, eval_device, run_config
-
-    device, why = eval_device(run_config(args.run_dir), args.device)
-    if args.device:
-        os.environ[EVAL_DEVICE_ENV] = args.device
-    print(f"memzoo {args.command}: evaluating on {device} ({why})", file=sys.stderr)
-    return str(device)
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from memzoo.running.checkpoints import load_run
-    from memzoo.running.evaluate import evaluate_run, write_result
-
-    cfg, model = load_run(args.run_dir, _evaluation_device(args))
-    res = evaluate_run(cfg, model, split=args.split)
-    row = write_result(Path(args.run_dir), cfg, model, res)
-    if args.json:
-        print(json.dumps(row, indent=1))
-    else:
-        _print_summary(row)
+    print_summary(result)
     return 0
 
 
@@ -243,111 +204,42 @@ def cmd_scorecard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _numbers(kind: type, what: str):
-    def parse(text: str) -> list:
-        try:
-            return [kind(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what}: expected comma-separated numbers, got {text!r}") from None
-    return parse
+def _evaluation_device(args: argparse.Namespace) -> str:
+    """Where an evaluation command runs, said in one line on stderr: --device, else the run's train.device
+    (a run trained on CUDA falls back to the CPU on a machine without one; a --device cuda there is an
+    error). A --device choice reaches the model's loading, and the worker processes of an isolated
+    evaluation, through the environment."""
+    import os
+
+    from memzoo.running.checkpoints import EVAL_DEVICE_ENV, eval_device, run_config
+
+    device, why = eval_device(run_config(args.run_dir), args.device)
+    if args.device:
+        os.environ[EVAL_DEVICE_ENV] = args.device
+    print(f"memzoo {args.command}: evaluating on {device} ({why})", file=sys.stderr)
+    return str(device)
 
 
-def cmd_longrange(args: argparse.Namespace) -> int:
-    from memzoo.running.longrange import LongRangeConfig, evaluate_longrange
+def cmd_evaluation(args: argparse.Namespace) -> int:
+    """A registered evaluation's command (memzoo.running.evaluations): its config from the arguments,
+    its rows measured (or read back from the run folder) and shown."""
+    from memzoo.running.evaluations import get_evaluation
 
+    evaluation = get_evaluation(args.evaluation)
+    command = evaluation.command
     _evaluation_device(args)
-    options = dict(task=args.command, lengths=args.lengths, trials=args.trials, seed=args.seed,
-                   segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
-                   memory_limit_mb=args.memory_limit_mb, isolate=not args.no_isolate, threads=args.threads)
-    if args.command == "passkey":
-        options.update(depths=args.depths, key_digits=args.key_digits, reset_after_key=args.reset_after_key)
-    else:
-        options.update(pairs=args.pairs, queries=args.queries, layout=args.layout, reset_after_key=args.reset_after_key)
-    cfg = _evaluation_config(LongRangeConfig, **options)
-    rows = evaluate_longrange(args.run_dir, cfg, resume=not args.recompute, progress=not args.json)
-
-    def shown(r: dict) -> dict:
-        return {"length": f"{r['length']:,}", "depth": "" if r.get("depth") is None else r["depth"],
-                "segments_back": r.get("key_segments_back", ""), "accuracy": _fmt(r.get("accuracy"), ".2f"),
-                "tokens_per_s": _fmt(r.get("tokens_per_s"), ",.0f"), "peak_rss_mb": _fmt(r.get("peak_rss_mb"), ",.0f"),
-                "status": r["status"][:90]}
-
-    cols = ["length", "depth", "segments_back", "accuracy", "tokens_per_s", "peak_rss_mb", "status"]
-    return _show_rows(args, rows, shown, cols if args.command == "passkey" else [c for c in cols if c != "segments_back"],
-                      f"{args.command}.json")
-
-
-def cmd_distance(args: argparse.Namespace) -> int:
-    from memzoo.running.distance import DistanceConfig, evaluate_distance
-
-    _evaluation_device(args)
-    cfg = _evaluation_config(DistanceConfig, gaps=args.gaps, trials=args.trials, seed=args.seed, reset=not args.no_reset,
-                             segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
-                             memory_limit_mb=args.memory_limit_mb, threads=args.threads)
-    rows = evaluate_distance(args.run_dir, cfg, resume=not args.recompute, progress=not args.json)
-
-    def shown(r: dict) -> dict:
-        return {"gap": f"{r['gap_segments']:,}", "reset": "yes" if r["reset_after_pairs"] else "",
-                "accuracy": _fmt(r.get("recall_accuracy"), ".3f"), "chance": _fmt(r.get("recall_chance"), ".3f"),
-                "stale": _fmt(r.get("recall_stale"), ".3f"), "status": str(r["status"])[:90]}
-
-    return _show_rows(args, rows, shown, ["gap", "reset", "accuracy", "chance", "stale", "status"], "distance.json")
-
-
-def _evaluation_config(kind, **options):
-    """An evaluation's config dataclass; its ValueError becomes the one-line configuration error."""
     try:
-        return kind(**options)
-    except ValueError as err:
+        cfg = evaluation.config(**{"task": evaluation.name, **command.options(args)})
+    except ValueError as err:  # the config's own check: one line naming the bad value
         raise ConfigError(str(err)) from None
-
-
-def _fmt(value, spec: str) -> str:
-    return "" if value is None else format(value, spec)
-
-
-def _show_rows(args: argparse.Namespace, rows: list[dict], shown, cols: list[str], kept: str) -> int:
-    """An evaluation's rows: as JSON with --json, else a table and where the rows are kept."""
-    if args.json:
+    rows = evaluation.run(args.run_dir, cfg, resume=not getattr(args, "recompute", False), progress=not args.json)
+    if command.print_rows is not None:
+        command.print_rows(args, rows)
+    elif args.json:
         print(json.dumps(rows, indent=1))
-        return 0
-    _print_table([shown(r) for r in rows], cols)
-    print(f"rows kept in {Path(args.run_dir) / kept} and result.json")
-    return 0
-
-
-def _names(what: str):
-    def parse(text: str) -> list[str]:
-        names = [x.strip() for x in text.split(",") if x.strip()]
-        if not names:
-            raise argparse.ArgumentTypeError(f"{what}: expected comma-separated names, got {text!r}")
-        return names
-    return parse
-
-
-def cmd_babilong(args: argparse.Namespace) -> int:
-    from memzoo.running.babilong import BabilongConfig, evaluate_babilong
-
-    _evaluation_device(args)
-    cfg = BabilongConfig(data=args.data, tasks=args.tasks, lengths=args.lengths,
-                         reset_before_question=args.reset_before_question, max_samples=args.max_samples,
-                         segments_per_call=args.segments_per_call, answer_bytes=args.answer_bytes,
-                         isolate=not args.no_isolate, threads=args.threads, seed=args.seed, depth=args.depth,
-                         background=args.background, facts=args.facts)
-    rows = evaluate_babilong(args.run_dir, cfg, resume=not args.recompute, progress=not args.json)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return 0
-    shown = [{"task": r["task"], "length": r["length"], "reset": "yes" if r["reset_before_question"] else "",
-              "official": "" if r.get("accuracy_official") is None else f"{r['accuracy_official']:.2f}",
-              "exact": "" if r.get("accuracy_exact") is None else f"{r['accuracy_exact']:.2f}",
-              "label_chance": "" if r.get("label_chance") is None else f"{r['label_chance']:.2f}", "n": r["n"],
-              "tokens_per_s": "" if r.get("tokens_per_s") is None else f"{r['tokens_per_s']:,.0f}",
-              "peak_rss_mb": "" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f}",
-              "status": r["status"][:90]} for r in rows]
-    _print_table(shown, ["task", "length", "reset", "official", "exact", "label_chance", "n", "tokens_per_s",
-                         "peak_rss_mb", "status"])
-    print(f"rows kept in {Path(args.run_dir) / 'babilong.jsonl'} and result.json")
+    else:
+        _print_table([command.show(r) for r in rows], command.columns)
+        print(f"rows kept in {Path(args.run_dir) / command.kept} and result.json")
     return 0
 
 
@@ -360,17 +252,6 @@ def cmd_babilong_generate(args: argparse.Namespace) -> int:
           f"evaluate with: memzoo babilong RUN_DIR --data {args.out_dir} --tasks {','.join(args.tasks)} "
           f"--lengths {','.join(args.lengths)}")
     return 0
-
-
-def _story_options(s: argparse.ArgumentParser) -> None:
-    """The generator's options (babilong-generate, and babilong with --data generate)."""
-    s.add_argument("--seed", type=int, default=0, help="the generator's seed (samples differ by seed)")
-    s.add_argument("--facts", type=_numbers(int, "--facts"), default=None,
-                   help="FEWEST,MOST facts per story (default per task: qa1 2,8; qa2 4,12; qa3 6,16)")
-    s.add_argument("--depth", type=_numbers(float, "--depth"), default=[0.0, 1.0],
-                   help="LO,HI: the facts' depths in the background, as fractions (default 0,1)")
-    s.add_argument("--background", default="stdlib",
-                   help="the background sentences' corpus: stdlib (docstrings and comments), a file, a folder, hf:NAME")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -393,35 +274,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _longrange_parser(sub, name: str, help_text: str, default_lengths: str):
-    s = sub.add_parser(name, help=help_text)
-    s.add_argument("run_dir", help="a trained run folder (e.g. fine-tuned with task.name=passkey)")
-    s.add_argument("--lengths", type=_numbers(int, "--lengths"), default=_numbers(int, "")(default_lengths),
-                   help=f"prompt lengths in bytes, comma-separated (default {default_lengths})")
-    s.add_argument("--trials", type=int, default=1, help="examples per length (and depth); one batch per length")
-    s.add_argument("--no-isolate", action="store_true", help="run every length in this process (peak RSS is then cumulative)")
-    _stream_options(s, segments_per_call=8, time_limit="seconds per length before 'out of budget' (0: none)")
-    s.set_defaults(fn=cmd_longrange)
-    return s
-
-
-def _device_option(s: argparse.ArgumentParser) -> None:
-    """--device of every evaluation command (memzoo.running.checkpoints.eval_device)."""
-    s.add_argument("--device", default=None, help="where to evaluate: cpu, cuda, cuda:INDEX, auto (default: the run's train.device)")
-
-
-def _stream_options(s: argparse.ArgumentParser, segments_per_call: int, time_limit: str) -> None:
-    """The options every streamed evaluation (passkey, recall, distance) shares."""
-    s.add_argument("--seed", type=int, default=0, help="the examples' seed (the same examples for every run)")
-    s.add_argument("--segments-per-call", type=int, default=segments_per_call, help="segments per model call while streaming")
-    s.add_argument("--time-limit", type=float, default=900.0, help=time_limit)
-    s.add_argument("--memory-limit-mb", type=float, default=None, help="resident MB before 'out of budget' (default 60%% of RAM)")
-    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    s.add_argument("--recompute", action="store_true", help="measure again what the run folder already holds")
-    s.add_argument("--json", action="store_true", help="print the rows as a JSON list")
-    _device_option(s)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memzoo", description="A zoo of memory-augmented transformers on one backbone.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -435,13 +287,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=100")
     s.add_argument("--restart", action="store_true", help="ignore an existing checkpoint in the run folder")
     s.set_defaults(fn=cmd_train)
-
-    s = sub.add_parser("eval", help="evaluate a run folder")
-    s.add_argument("run_dir")
-    s.add_argument("--split", default=None, choices=["train", "valid", "test"])
-    s.add_argument("--json", action="store_true")
-    _device_option(s)
-    s.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("compare", help="run a comparison suite: memzoo compare [SUITE] [key=value ...]")
     s.add_argument("suite", nargs="?", default=None, help="a suite YAML or a shipped suite (quick, paper-gpu); default quick")
@@ -459,60 +304,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("results_dir")
     s.set_defaults(fn=cmd_report)
 
-    s = _longrange_parser(sub, "passkey", "passkey retrieval by streaming: accuracy, tokens/s, peak memory per (length, depth)",
-                          "4096,32768,262144,1048576")
-    s.add_argument("--depths", type=_numbers(float, "--depths"), default=[0.0, 0.5, 1.0],
-                   help="key depths as fractions, comma-separated (0 start, 1 end; default 0,0.5,1)")
-    s.add_argument("--key-digits", type=int, default=5)
-    s.add_argument("--reset-after-key", action="store_true",
-                   help="the memory-reset ablation: reset the state right after the key's segment (rows kept apart)")
+    from memzoo.running.babilong import add_story_options
+    from memzoo.running.evaluations import evaluations, names
 
-    s = _longrange_parser(sub, "recall", "multi-query associative recall by streaming, per length", "1024,4096,32768")
-    s.add_argument("--pairs", type=int, default=16)
-    s.add_argument("--queries", type=int, default=8)
-    s.add_argument("--layout", choices=["free", "training"], default="free",
-                   help="training: the run's own recall-across-segments layout, queries LENGTH bytes after the pairs")
-    s.add_argument("--reset-after-key", action="store_true",
-                   help="with --layout training: reset the state right after the pairs' segment (the ablation)")
-
-    s = sub.add_parser("distance", help="recall of a recall-trained run at each gap (segments from the last write), streamed")
-    s.add_argument("run_dir", help="a run trained on task recall (e.g. a distance suite's run)")
-    s.add_argument("--gaps", type=_numbers(int, "--gaps"), default=[1, 2, 4, 8, 16, 64, 256, 1024, 4096],
-                   help="gaps in segments, comma-separated (default the distance suite's 1..4096)")
-    s.add_argument("--trials", type=int, default=64, help="examples per gap (the same for every run at a seed)")
-    s.add_argument("--no-reset", action="store_true", help="skip the reset ablation (the state reset after the last write)")
-    _stream_options(s, segments_per_call=64, time_limit="seconds for the whole stream before 'out of budget' (0: none)")
-    s.set_defaults(fn=cmd_distance)
-
-    s = sub.add_parser("babilong", help="BABILong by streaming: official and exact-match accuracy per (task, length)")
-    s.add_argument("run_dir", help="a trained run folder (e.g. fine-tuned with task.name=babilong)")
-    s.add_argument("--data", required=True,
-                   help="hf:RMT-team/babilong, hf:RMT-team/babilong-1k-samples (or any dataset of that layout), a "
-                        "folder of LENGTH/TASK.json(l) files, or generate (the generator's test split)")
-    s.add_argument("--tasks", type=_names("--tasks"), default=["qa1"], help="comma-separated, e.g. qa1,qa2")
-    s.add_argument("--lengths", type=_names("--lengths"), default=["0k", "1k", "4k"],
-                   help="the dataset's length configs, comma-separated (default 0k,1k,4k; generate: bytes, 4k = 4096)")
-    s.add_argument("--reset-before-question", action="store_true",
-                   help="the ablation: reset the state before the question's segment (rows kept apart)")
-    s.add_argument("--max-samples", type=int, default=None, help="samples per (task, length) (default all; generate 100)")
-    s.add_argument("--segments-per-call", type=int, default=8, help="segments per model call while streaming")
-    s.add_argument("--answer-bytes", type=int, default=12, help="bytes generated after the question")
-    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    s.add_argument("--no-isolate", action="store_true", help="every (task, length) in this process (peak RSS cumulative)")
-    s.add_argument("--recompute", action="store_true", help="measure again what the run folder already holds")
-    s.add_argument("--json", action="store_true", help="print the rows as a JSON list")
-    _device_option(s)
-    _story_options(s)
-    s.set_defaults(fn=cmd_babilong)
+    for evaluation in evaluations().values():  # one command per registered evaluation
+        if evaluation.command is not None:
+            s = sub.add_parser(evaluation.command.name or evaluation.name, help=evaluation.command.help)
+            evaluation.command.add_arguments(s)
+            _device_option(s)
+            s.set_defaults(fn=cmd_evaluation, evaluation=evaluation.name)
 
     s = sub.add_parser("babilong-generate", help="write generated BABILong-style samples: OUT_DIR/LENGTH/TASK.jsonl")
     s.add_argument("out_dir")
-    s.add_argument("--tasks", type=_names("--tasks"), default=["qa1"], help="comma-separated, of qa1,qa2,qa3")
-    s.add_argument("--lengths", type=_names("--lengths"), default=["0k", "1k", "4k"],
+    s.add_argument("--tasks", type=names("--tasks"), default=["qa1"], help="comma-separated, of qa1,qa2,qa3")
+    s.add_argument("--lengths", type=names("--lengths"), default=["0k", "1k", "4k"],
                    help="input bytes, comma-separated: 0k (facts only), 512, 1k, 4k, 1M")
     s.add_argument("--samples", type=int, default=100, help="samples per (task, length)")
     s.add_argument("--split", choices=["train", "test"], default="test")
-    _story_options(s)
+    add_story_options(s)
     s.set_defaults(fn=cmd_babilong_generate)
 
     s = sub.add_parser("generate", help="continue a prompt with a trained run (memory is read inside every segment)")
@@ -569,6 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _device_option(s: argparse.ArgumentParser) -> None:
+    """--device of every evaluation command (memzoo.running.checkpoints.eval_device)."""
+    s.add_argument("--device", default=None, help="where to evaluate: cpu, cuda, cuda:INDEX, auto (default: the run's train.device)")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     from memzoo.core.plugins import UnknownMethodError
     from memzoo.running.checkpoints import CheckpointError
@@ -593,3 +407,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

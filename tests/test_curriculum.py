@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import Killed, spy_train
-from memzoo.suites.compare import _worker, _worker_args, expand, is_finished, load_suite
+from memzoo.suites.compare import expand, is_finished, load_suite, worker, worker_args
 from memzoo.core.config import ConfigError
-from memzoo.running.longrange import weights_id
+from memzoo.running.harness import weights_id
 from memzoo.running.checkpoints import load_checkpoint
 
 SUITE = """
@@ -56,12 +56,12 @@ def test_stages_run_in_order_resume_after_a_kill_and_feed_the_evaluation(tmp_pat
     last = spec.chain[-1].task
     assert (last.name, list(last.lengths), last.key_digits, list(last.key_segments_back)) == ("passkey", [440], 2, [2])
     longrange = [{"task": "passkey", "lengths": [440], "depths": [1], "isolate": False}]
-    args = _worker_args(spec, suite, 1, longrange)
+    args = worker_args(spec, suite, 1, longrange)
 
     calls: list = []
     spy_train(monkeypatch, calls, kill=("-c1", 2))
     with pytest.raises(Killed):
-        _worker(*args)
+        worker(*args)
     lm, c1, final = (runs / c.name for c in spec.chain)
     assert calls == [(lm.name, 1), (c1.name, 1)]
     assert load_checkpoint(c1)["step"] == 2 and not (c1 / "result.json").exists()
@@ -70,7 +70,7 @@ def test_stages_run_in_order_resume_after_a_kill_and_feed_the_evaluation(tmp_pat
 
     calls.clear()
     spy_train(monkeypatch, calls)
-    _worker(*args)
+    worker(*args)
     assert calls == [(c1.name, 3), (final.name, 1)]  # the finished stage is not re-run; the killed one resumes
     assert (lm / "result.json").stat().st_mtime_ns == lm_stamp
     assert _steps(c1) == [1, 2, 3] and _steps(final) == [1, 2]
@@ -87,7 +87,7 @@ def test_stages_run_in_order_resume_after_a_kill_and_feed_the_evaluation(tmp_pat
     (spec2,) = expand(changed)
     assert not is_finished(spec2, []) and is_finished(spec, [])
     calls.clear()
-    _worker(*_worker_args(spec2, changed, 1, longrange))
+    worker(*worker_args(spec2, changed, 1, longrange))
     assert calls == [(final.name, 1)]
     assert _steps(final) == [1, 2, 3] and (c1 / "result.json").stat().st_mtime_ns == c1_stamp
     assert _steps(final.with_name(final.name + ".stale-1")) == [1, 2]
@@ -99,7 +99,7 @@ def test_stages_run_in_order_resume_after_a_kill_and_feed_the_evaluation(tmp_pat
     (spec3,) = expand(moved)
     assert is_finished(spec3, [])
     calls.clear()
-    _worker(*_worker_args(spec3, moved, 1, longrange))
+    worker(*worker_args(spec3, moved, 1, longrange))
     assert calls == [] and not list((tmp_path / "moved").rglob("*.stale-2"))
 
 

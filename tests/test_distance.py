@@ -21,10 +21,10 @@ from memzoo.running.checkpoints import load_checkpoint
 from memzoo.running.curriculum import config_hash
 import memzoo.running.distance
 from memzoo.running.distance import DEFAULT_GAPS, DistanceConfig, distance_batch, evaluate_distance, gap_tokens, stream_gaps
-from memzoo.running.longrange import _Meter
+from memzoo.running.harness import Meter
 from memzoo.running.reach import max_reach_segments, reach_segments
-from memzoo.suites.compare import (_worker, _worker_args, check_parameter_spread_by_width, expand, load_suite,
-                                   parameter_counts)
+from memzoo.suites.compare import (check_parameter_spread_by_width, expand, load_suite, parameter_counts, worker,
+                                   worker_args)
 
 LAYOUT = {"pairs": 4, "queries": 8, "local_queries": 4, "alphabet": 8, "rewrites": 0}
 N = 16
@@ -74,7 +74,7 @@ def _streamed(model: nn.Module, gaps: list[int], rewrites: int = 0, trials: int 
     """The distance rows of one stream, by (gap, reset)."""
     cfg = DistanceConfig(gaps=gaps, trials=trials, segments_per_call=5, time_limit_s=None)
     layout = {**LAYOUT, "rewrites": rewrites}
-    return {(r["gap_segments"], r["reset_after_pairs"]): r for rows in stream_gaps(model, gaps, cfg, layout, _Meter(cfg))
+    return {(r["gap_segments"], r["reset_after_pairs"]): r for rows in stream_gaps(model, gaps, cfg, layout, Meter(cfg))
             for r in rows}
 
 
@@ -275,19 +275,19 @@ def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_st
     c0, c1, final = (tmp_path / "results" / "dist" / "runs" / c.name for c in spec.chain)
     assert [p.name for p in (c0, c1, final)] == ["rmt-s0-c0", "rmt-s0-c1", "rmt-s0"]
     evaluation = [{"task": "distance", "gaps": [1, 4, 16], "trials": 2, "segments_per_call": 4}]
-    args = _worker_args(spec, suite, 1, evaluation)
+    args = worker_args(spec, suite, 1, evaluation)
 
     calls: list = []
     spy_train(monkeypatch, calls, kill=("-c1", 2), record=stage_gap)
     with pytest.raises(Killed):
-        _worker(*args)
+        worker(*args)
     assert calls == [(c0.name, 1, 1), (c1.name, 2, 1)]  # stage 1 (gap 1) whole, stage 2 killed after step 2
     assert load_checkpoint(c1)["step"] == 2 and not (c1 / "result.json").exists()
     stamp = (c0 / "result.json").stat().st_mtime_ns
 
     calls.clear()
     spy_train(monkeypatch, calls, record=stage_gap)
-    _worker(*args)
+    worker(*args)
     assert calls == [(c1.name, 2, 3), (final.name, 4, 1)]  # resumed at step 3; stage 1 not re-run
     assert (c0 / "result.json").stat().st_mtime_ns == stamp
     rows = json.loads((final / "distance.json").read_text())
@@ -296,7 +296,7 @@ def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_st
     assert json.loads((final / "result.json").read_text())["distance"] == rows
 
     calls.clear()
-    _worker(*args)  # everything done: nothing trained, nothing measured again
+    worker(*args)  # everything done: nothing trained, nothing measured again
     assert calls == [] and json.loads((final / "distance.json").read_text()) == rows
 
     # `memzoo distance RUN_DIR` with the suite's settings reads the same rows back, measuring nothing.
@@ -307,17 +307,17 @@ def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_st
     assert "gaps=[4, 0]" in capsys.readouterr().err
 
     # A stream past its budget keeps the gaps it reached; the rest are out of budget, and stay so.
-    class Budget(_Meter):
+    class Budget(Meter):
         def check(self, done: int, total: int) -> None:
             if done > 6 * 16:
                 raise memzoo.running.distance.OutOfBudget(f"stopped after {done} bytes")
 
-    monkeypatch.setattr(memzoo.running.distance, "_Meter", Budget)
+    monkeypatch.setattr(memzoo.running.distance, "Meter", Budget)
     other = DistanceConfig(gaps=[1, 4, 16], trials=2, seed=1, segments_per_call=1)
     status = {(r["gap_segments"], r["reset_after_pairs"]): r["status"] for r in evaluate_distance(final, other)}
     assert status == {(1, False): "ok", (1, True): "ok", (4, False): "ok", (4, True): "ok",
                       (16, False): "out of budget: stopped after 112 bytes", (16, True): "out of budget: stopped after 112 bytes"}
-    monkeypatch.setattr(memzoo.running.distance, "_Meter", _Meter)
+    monkeypatch.setattr(memzoo.running.distance, "Meter", Meter)
     longer = DistanceConfig(gaps=[1, 4, 16, 64], trials=2, seed=1, segments_per_call=1)
     status = {r["gap_segments"]: r["status"] for r in evaluate_distance(final, longer) if not r["reset_after_pairs"]}
     assert status[16].startswith("out of budget: stopped") and status[64] == "out of budget: gap 16 ran out"

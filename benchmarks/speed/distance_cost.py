@@ -25,7 +25,7 @@ import torch
 from memzoo.data.tasks import TaskSampler
 from memzoo.running.configure import build_model
 from memzoo.running.distance import DistanceConfig, stream_gaps
-from memzoo.running.longrange import _Meter
+from memzoo.running.harness import Meter
 from memzoo.running.recall_stream import training_layout
 from memzoo.running.train import build_optimizer, train_window
 from memzoo.suites.compare import expand, load_suite, longrange_configs
@@ -57,7 +57,7 @@ def eval_cpu_s(cfg, evaluation: DistanceConfig, gap: int) -> float:
     probe = DistanceConfig(gaps=[gap], trials=evaluation.trials, reset=evaluation.reset,
                            segments_per_call=evaluation.segments_per_call, time_limit_s=None)
     start = time.process_time()
-    for _ in stream_gaps(model, [gap], probe, training_layout(cfg.task), _Meter(probe)):
+    for _ in stream_gaps(model, [gap], probe, training_layout(cfg.task), Meter(probe)):
         pass
     return time.process_time() - start
 

@@ -207,17 +207,17 @@ def preset_path(name_or_path: str) -> Path:
     raise ConfigError(f"config {name_or_path!r} is neither a file nor a shipped preset; presets: {', '.join(known)}")
 
 
-def _load_yaml_chain(path: Path) -> DictConfig:
+def load_yaml_chain(path: Path) -> DictConfig:
     """Load YAML honouring an optional `defaults: [other.yaml, ...]` list (paths relative to the file)."""
     raw = OmegaConf.load(path)
     parents = raw.pop("defaults", []) if isinstance(raw, DictConfig) else []
     merged = OmegaConf.create()
     for parent in parents:
-        merged = OmegaConf.merge(merged, _load_yaml_chain((path.parent / parent).resolve()))
+        merged = OmegaConf.merge(merged, load_yaml_chain((path.parent / parent).resolve()))
     return OmegaConf.merge(merged, raw)
 
 
-def _parse_overrides(overrides: list[str]) -> DictConfig:
+def parse_overrides(overrides: list[str]) -> DictConfig:
     """`key=value` items as one config; a malformed item (no `=`, an empty key part, a value YAML cannot
     read, such as an unclosed quote or bracket, sub-keys of another item's list) is an error naming it."""
     for item in overrides:
@@ -246,7 +246,7 @@ def apply_indexed(cfg: DictConfig, overrides: list[str], where: str) -> DictConf
     for item in overrides:
         key, _, text = item.partition("=")
         try:
-            value = _parse_overrides([f"value={text}"]).value
+            value = parse_overrides([f"value={text}"]).value
         except ConfigError:
             raise _override_error([item], ValueError(text)) from None
         try:
@@ -329,7 +329,7 @@ def _first_mismatch(schema: Any, layers: tuple[Any, ...]) -> Optional[str]:
     return None
 
 
-def _merge_checked(schema: Any, *layers: Any, where: str) -> DictConfig:
+def merge_checked(schema: Any, *layers: Any, where: str) -> DictConfig:
     """OmegaConf.merge, with a failure told as a ConfigError naming the key and what it expected."""
     try:
         return OmegaConf.merge(schema, *layers)

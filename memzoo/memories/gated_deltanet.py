@@ -173,6 +173,9 @@ class LowRankLinear(nn.Module):
 class GatedDeltaNet(LayerMemory):
     """A gated delta-rule matrix memory read at every token, mixed per head with local attention."""
 
+    # folders saved before the kernel option ran PyTorch's form, which `auto` still runs on a CPU
+    legacy_options = {"kernel": "auto"}
+
     def __init__(self, cfg: GatedDeltaNetConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)
         if cfg.chunk_size < 1 or cfg.conv_size < 0 or cfg.gate_rank < 1:

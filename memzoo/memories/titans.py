@@ -317,6 +317,9 @@ def l2n(x: Tensor) -> Tensor:
 class Titans(LayerMemory):
     """A neural memory (MLP written by momentum SGD at test time) with local attention: MAC or MAG."""
 
+    # folders saved before these options ran the eager, storing scan
+    legacy_options = {"compile": "eager", "checkpoint": False}
+
     def __init__(self, cfg: TitansConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)
         if cfg.variant not in VARIANTS:

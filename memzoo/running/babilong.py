@@ -17,11 +17,9 @@ again. By default each (task, length) runs in a fresh process, so `peak_rss_mb` 
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
+import argparse
 import json
-import multiprocessing
 import time
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -37,8 +35,9 @@ from memzoo.data.babilong import (QUESTION_TEMPLATE, Sample, check_task_name, la
 from memzoo.data.tasks import bytes_to_tensor
 from memzoo.running.configure import saved_run_config
 from memzoo.running.evaluate import peak_rss_mb
+from memzoo.running.evaluations import Command, Evaluation, fmt, names, numbers, register_evaluation
 from memzoo.running.generate import StreamingDecoder
-from memzoo.running.longrange import _merge_into_result, _method_of, in_process, trained_run
+from memzoo.running.harness import WORKER_DIED, atomic_text, in_process, merge_into_result, method_of, run_isolated, trained_run
 
 GENERATED = "generate"  # data=generate: the generator's test split, made in memory
 GENERATED_SAMPLES = 100  # samples per (task, length) when data=generate and max_samples is unset
@@ -160,16 +159,11 @@ def _cell_worker(run_dir: str, cfg_dict: dict[str, Any], task: str, length: str,
     return {**evaluate_cell(model, samples, task, length, cfg, run_cfg.train.precision, progress), "rss_isolated": True}
 
 
-def _run_isolated(run_dir: Path, cfg: BabilongConfig, task: str, length: str, progress: bool) -> dict[str, Any]:
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as pool:
-        try:
-            return pool.submit(_cell_worker, str(run_dir), asdict(cfg), task, length, progress).result()
-        except BrokenProcessPool:
-            return {"task": task, "length": length, "reset_before_question": cfg.reset_before_question,
-                    "accuracy_official": None, "accuracy_exact": None, "n": 0, "tokens_per_s": None,
-                    "peak_rss_mb": None, "rss_isolated": True, **cfg.settings(),
-                    "status": "out of budget: the worker process died (killed, most likely for memory)"}
+def _died(cfg: BabilongConfig, task: str, length: str) -> dict[str, Any]:
+    """The row of a (task, length) whose worker process died."""
+    return {"task": task, "length": length, "reset_before_question": cfg.reset_before_question,
+            "accuracy_official": None, "accuracy_exact": None, "n": 0, "tokens_per_s": None,
+            "peak_rss_mb": None, "rss_isolated": True, **cfg.settings(), "status": WORKER_DIED}
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str, bool]:
@@ -190,10 +184,7 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _write_rows(run_dir: Path, rows: list[dict[str, Any]]) -> None:
-    path = run_dir / "babilong.jsonl"
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(path)
+    atomic_text(run_dir / "babilong.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def trained_length(run_dir: Path) -> Optional[int]:
@@ -208,7 +199,7 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
     keeping them in RUN_DIR/babilong.jsonl and result.json after each. `model`: evaluate it in-process
     instead of loading the run (with isolate off)."""
     run_dir, weights = trained_run(run_dir)
-    method, kept, longest = _method_of(run_dir), read_rows(run_dir), trained_length(run_dir)
+    method, kept, longest = method_of(run_dir), read_rows(run_dir), trained_length(run_dir)
     run_cfg, model = in_process(run_dir, cfg.isolate, cfg.threads, model)
     want = [(t, n, cfg.reset_before_question) for t in cfg.tasks for n in cfg.lengths]
     for task, length, _ in want:
@@ -216,7 +207,8 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
                           and _matches(r, cfg, weights) for r in kept):
             continue
         if cfg.isolate:
-            row = _run_isolated(run_dir, cfg, task, length, progress)
+            row = run_isolated(_cell_worker, (str(run_dir), asdict(cfg), task, length, progress),
+                               lambda: _died(cfg, task, length))
         else:
             samples = load_samples(cfg, task, length)
             row = {**evaluate_cell(model, samples, task, length, cfg, run_cfg.train.precision, progress),
@@ -225,5 +217,57 @@ def evaluate_babilong(run_dir: str | Path, cfg: BabilongConfig, resume: bool = T
         kept = [r for r in kept if _key(r) != _key(row)] + [row]
         kept.sort(key=lambda r: (r["task"], length_bytes(r["length"]), r["reset_before_question"]))
         _write_rows(run_dir, kept)
-        _merge_into_result(run_dir, "babilong", kept)
+        merge_into_result(run_dir, "babilong", kept)
     return [r for r in kept if _key(r) in set(want) and _matches(r, cfg, weights)]
+
+
+def add_story_options(s: argparse.ArgumentParser) -> None:
+    """The generator's options (babilong-generate, and babilong with --data generate)."""
+    s.add_argument("--seed", type=int, default=0, help="the generator's seed (samples differ by seed)")
+    s.add_argument("--facts", type=numbers(int, "--facts"), default=None,
+                   help="FEWEST,MOST facts per story (default per task: qa1 2,8; qa2 4,12; qa3 6,16)")
+    s.add_argument("--depth", type=numbers(float, "--depth"), default=[0.0, 1.0],
+                   help="LO,HI: the facts' depths in the background, as fractions (default 0,1)")
+    s.add_argument("--background", default="stdlib",
+                   help="the background sentences' corpus: stdlib (docstrings and comments), a file, a folder, hf:NAME")
+
+
+def _arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("run_dir", help="a trained run folder (e.g. fine-tuned with task.name=babilong)")
+    s.add_argument("--data", required=True,
+                   help="hf:RMT-team/babilong, hf:RMT-team/babilong-1k-samples (or any dataset of that layout), a "
+                        "folder of LENGTH/TASK.json(l) files, or generate (the generator's test split)")
+    s.add_argument("--tasks", type=names("--tasks"), default=["qa1"], help="comma-separated, e.g. qa1,qa2")
+    s.add_argument("--lengths", type=names("--lengths"), default=["0k", "1k", "4k"],
+                   help="the dataset's length configs, comma-separated (default 0k,1k,4k; generate: bytes, 4k = 4096)")
+    s.add_argument("--reset-before-question", action="store_true",
+                   help="the ablation: reset the state before the question's segment (rows kept apart)")
+    s.add_argument("--max-samples", type=int, default=None, help="samples per (task, length) (default all; generate 100)")
+    s.add_argument("--segments-per-call", type=int, default=8, help="segments per model call while streaming")
+    s.add_argument("--answer-bytes", type=int, default=12, help="bytes generated after the question")
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    s.add_argument("--no-isolate", action="store_true", help="every (task, length) in this process (peak RSS cumulative)")
+    s.add_argument("--recompute", action="store_true", help="measure again what the run folder already holds")
+    s.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    add_story_options(s)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(data=args.data, tasks=args.tasks, lengths=args.lengths, reset_before_question=args.reset_before_question,
+                max_samples=args.max_samples, segments_per_call=args.segments_per_call, answer_bytes=args.answer_bytes,
+                isolate=not args.no_isolate, threads=args.threads, seed=args.seed, depth=args.depth,
+                background=args.background, facts=args.facts)
+
+
+def _shown(r: dict[str, Any]) -> dict[str, Any]:
+    return {"task": r["task"], "length": r["length"], "reset": "yes" if r["reset_before_question"] else "",
+            "official": fmt(r.get("accuracy_official"), ".2f"), "exact": fmt(r.get("accuracy_exact"), ".2f"),
+            "label_chance": fmt(r.get("label_chance"), ".2f"), "n": r["n"],
+            "tokens_per_s": fmt(r.get("tokens_per_s"), ",.0f"), "peak_rss_mb": fmt(r.get("peak_rss_mb"), ",.0f"),
+            "status": r["status"][:90]}
+
+
+register_evaluation(Evaluation("babilong", BabilongConfig, evaluate_babilong, Command(
+    "BABILong by streaming: official and exact-match accuracy per (task, length)", _arguments, _options, _shown,
+    ["task", "length", "reset", "official", "exact", "label_chance", "n", "tokens_per_s", "peak_rss_mb", "status"],
+    "babilong.jsonl")))

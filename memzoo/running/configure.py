@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.core.config import (ConfigError, RunConfig, _load_yaml_chain, _merge_checked, _parse_overrides, model_config,
+from memzoo.core.config import (ConfigError, RunConfig, load_yaml_chain, merge_checked, parse_overrides, model_config,
                                 check_ranges, preset_path, resolve_interpolations)
 from memzoo.core.model import INIT_STREAMS, MemoryModel
 from memzoo.core.plugins import get_memory, registered
@@ -30,7 +30,7 @@ def memory_config(name: str, options: Any) -> Any:
     opts = OmegaConf.create(options if options is not None else {})
     opts = OmegaConf.masked_copy(opts, [k for k in opts.keys() if k != "name"]) if "name" in opts else opts
     schema = OmegaConf.structured(spec.config_cls(**spec.defaults))
-    merged = _merge_checked(schema, opts, where=f"memory[{name}]")
+    merged = merge_checked(schema, opts, where=f"memory[{name}]")
     return OmegaConf.to_object(merged)
 
 
@@ -114,9 +114,9 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
     schema = OmegaConf.structured(RunConfig)
     layers: list[Any] = []
     if name_or_path:
-        layers.append(_load_yaml_chain(preset_path(name_or_path)))
+        layers.append(load_yaml_chain(preset_path(name_or_path)))
     if overrides:
-        layers.append(_parse_overrides(overrides))
+        layers.append(parse_overrides(overrides))
     # `memory` is free-form in the schema: when an override changes the method, the preset's
     # options belong to the old method and are dropped, not merged into the new one.
     if overrides and layers and "memory" in layers[0]:
@@ -124,7 +124,7 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | None = N
         if new_name is not None and new_name != layers[0].memory.get("name"):
             layers[0] = OmegaConf.merge(layers[0], {})
             layers[0].memory = {"name": new_name}
-    cfg = _merge_checked(schema, *layers, where="")
+    cfg = merge_checked(schema, *layers, where="")
     return resolve(resolve_interpolations(cfg))
 
 
@@ -182,5 +182,5 @@ def saved_run_config(path: str | Path) -> DictConfig:
 
 def load_run_config(path: str | Path) -> DictConfig:
     """A run folder's config, resolved against today's schema (legacy keys as the run was made)."""
-    cfg = _merge_checked(OmegaConf.structured(RunConfig), saved_run_config(path), where="")
+    cfg = merge_checked(OmegaConf.structured(RunConfig), saved_run_config(path), where="")
     return resolve(cfg)

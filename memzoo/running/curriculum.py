@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from memzoo.core.config import ConfigError, RunConfig, _merge_checked
+from memzoo.core.config import ConfigError, RunConfig, merge_checked
 from memzoo.running.configure import legacy_memory_options, resolve, saved_run_config
 from memzoo.running.reach import max_reach_segments
 
@@ -65,7 +65,7 @@ def finetune_chain(pretrain: DictConfig, finetune: Any, root: Path, name: str) -
         cfg.task.init_from = str(root / "runs" / prev.name)
         cfg.task.init_backbone_only = False  # a stage continues the same model, its memory included
         where = f"suite finetune[{i}] {name}" if len(overrides) > 1 else f"suite finetune {name}"
-        chain.append(resolve(_merge_checked(OmegaConf.structured(RunConfig), cfg, where=where)))
+        chain.append(resolve(merge_checked(OmegaConf.structured(RunConfig), cfg, where=where)))
     return chain
 
 

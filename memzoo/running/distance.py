@@ -29,6 +29,7 @@ later evaluation under the same budget does not try them again.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from dataclasses import dataclass, field
@@ -44,9 +45,10 @@ from memzoo.running.capacity import accuracy, hits_by_example, rewrite_metrics
 from memzoo.running.checkpoints import load_trained
 from memzoo.running.configure import load_run_config
 from memzoo.running.evaluate import peak_rss_mb
+from memzoo.running.evaluations import Command, Evaluation, add_stream_options, fmt, numbers, register_evaluation
 from memzoo.running.generate import StreamingDecoder
-from memzoo.running.longrange import (OutOfBudget, _Meter, _atomic_json, _merge_into_result, _stream, reusable,
-                                      total_memory_mb, weights_id)
+from memzoo.running.harness import (Meter, OutOfBudget, atomic_json, default_budget, merge_into_result, reusable, stream,
+                                    weights_id)
 from memzoo.running.recall_stream import training_layout
 
 DEFAULT_GAPS = [1, 2, 4, 8, 16, 64, 256, 1024, 4096]
@@ -83,7 +85,7 @@ class DistanceConfig:
 
     def budget(self) -> dict[str, Optional[float]]:
         """The limits a row was measured under (an out-of-budget row is retried under larger ones)."""
-        return {"time_limit_s": self.time_limit_s, "memory_limit_mb": self.memory_limit_mb or round(0.6 * total_memory_mb())}
+        return default_budget(self.time_limit_s, self.memory_limit_mb)
 
 
 def distance_batch(layout: dict[str, int], gap: int, trials: int, segment_len: int, seed: int) -> SegmentRecallBatch:
@@ -121,7 +123,7 @@ def recall_scores(predicted: list[list[int]], examples: list[SegmentRecallExampl
             "recall_queries_by_example": [len(e.scored_positions) for e in examples]}
 
 
-def stream_gaps(model: MemoryModel, gaps: list[int], cfg: DistanceConfig, layout: dict[str, int], meter: _Meter,
+def stream_gaps(model: MemoryModel, gaps: list[int], cfg: DistanceConfig, layout: dict[str, int], meter: Meter,
                 precision: str = "fp32", progress: bool = False) -> Iterator[list[dict[str, Any]]]:
     """The rows of every gap, shortest first, from one stream: the examples of the longest gap fed
     segment by segment, and at segment R + G the queries' segment read from the state without
@@ -142,7 +144,7 @@ def stream_gaps(model: MemoryModel, gaps: list[int], cfg: DistanceConfig, layout
     offsets = query_offsets(batch, examples, n)
     for gap in gaps:
         stop = (last_write + gap) * n  # the segments before the queries' segment at this gap
-        seconds += _stream(decoder, data[:, done:stop], meter, f"distance {gap:,}", progress, offset=done, total=total)
+        seconds += stream(decoder, data[:, done:stop], meter, f"distance {gap:,}", progress, offset=done, total=total)
         done = stop
         start = time.perf_counter()
         logits = decoder.peek(query)  # [A B, N, V]
@@ -188,8 +190,8 @@ def evaluate_distance(run_dir: str | Path, cfg: DistanceConfig, resume: bool = T
         keys = {(r["gap_segments"], r["reset_after_pairs"]) for r in rows}
         kept = sorted([r for r in kept if (r["gap_segments"], r["reset_after_pairs"]) not in keys] + rows,
                       key=lambda r: (r["gap_segments"], r["reset_after_pairs"]))
-        _atomic_json(store, kept)
-        _merge_into_result(run_dir, "distance", kept)
+        atomic_json(store, kept)
+        merge_into_result(run_dir, "distance", kept)
 
     todo = [g for g in sorted(set(cfg.gaps)) if not (resume and _done(kept, g, cfg, weights))]
     ran_out = [g for g in sorted(set(cfg.gaps)) if g not in todo and any(
@@ -199,7 +201,7 @@ def evaluate_distance(run_dir: str | Path, cfg: DistanceConfig, resume: bool = T
                "recall_accuracy": None} for g in todo if g > ran_out[0] for a in arms])
         todo = [g for g in todo if g < ran_out[0]]
     if todo:
-        meter = _Meter(cfg, project=False)  # every gap reached is kept: run to the limit, not to a projection
+        meter = Meter(cfg, project=False)  # every gap reached is kept: run to the limit, not to a projection
         reached: list[int] = []
         try:
             for rows in stream_gaps(model, todo, cfg, layout, meter, run_cfg.train.precision, progress):
@@ -210,3 +212,29 @@ def evaluate_distance(run_dir: str | Path, cfg: DistanceConfig, resume: bool = T
                   for g in todo if g not in reached for a in arms])
     wanted = set(cfg.gaps)
     return [r for r in kept if r["gap_segments"] in wanted and reusable(r, cfg, weights)]
+
+
+def _arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("run_dir", help="a run trained on task recall (e.g. a distance suite's run)")
+    s.add_argument("--gaps", type=numbers(int, "--gaps"), default=list(DEFAULT_GAPS),
+                   help="gaps in segments, comma-separated (default the distance suite's 1..4096)")
+    s.add_argument("--trials", type=int, default=64, help="examples per gap (the same for every run at a seed)")
+    s.add_argument("--no-reset", action="store_true", help="skip the reset ablation (the state reset after the last write)")
+    add_stream_options(s, segments_per_call=64, time_limit="seconds for the whole stream before 'out of budget' (0: none)")
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(gaps=args.gaps, trials=args.trials, seed=args.seed, reset=not args.no_reset,
+                segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
+                memory_limit_mb=args.memory_limit_mb, threads=args.threads)
+
+
+def _shown(r: dict[str, Any]) -> dict[str, Any]:
+    return {"gap": f"{r['gap_segments']:,}", "reset": "yes" if r["reset_after_pairs"] else "",
+            "accuracy": fmt(r.get("recall_accuracy"), ".3f"), "chance": fmt(r.get("recall_chance"), ".3f"),
+            "stale": fmt(r.get("recall_stale"), ".3f"), "status": str(r["status"])[:90]}
+
+
+register_evaluation(Evaluation("distance", DistanceConfig, evaluate_distance, Command(
+    "recall of a recall-trained run at each gap (segments from the last write), streamed", _arguments, _options,
+    _shown, ["gap", "reset", "accuracy", "chance", "stale", "status"], "distance.json")))

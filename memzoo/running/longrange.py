@@ -13,13 +13,8 @@ and skips them when run again.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
-import hashlib
+import argparse
 import json
-import multiprocessing
-import os
-import time
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -30,21 +25,11 @@ from tqdm.auto import tqdm
 from memzoo.core.model import MemoryModel
 from memzoo.data.tasks import (bytes_to_tensor, key_segment, key_segments_back, passkey_digit_scores, passkey_fixed_bytes,
                                passkey_prompt, random_key, recall_example, score_passkey)
-from memzoo.running.evaluate import peak_rss_mb
+from memzoo.running.evaluations import Command, Evaluation, add_stream_options, fmt, numbers, register_evaluation
 from memzoo.running.generate import StreamingDecoder
-
-
-def total_memory_mb() -> float:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
-
-
-def current_rss_mb() -> float:
-    """Resident memory of this process now (Linux /proc; falls back to the peak elsewhere)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except OSError:
-        return peak_rss_mb()
+from memzoo.running.harness import (WORKER_DIED, Meter, OutOfBudget, atomic_json, default_budget, in_process,
+                                    measurements, merge_into_result, method_of, reusable, run_isolated, stream,
+                                    trained_run)
 
 
 @dataclass
@@ -112,69 +97,7 @@ class LongRangeConfig:
 
     def budget(self) -> dict[str, Optional[float]]:
         """The limits a row was measured under (an out-of-budget row is retried under larger ones)."""
-        return {"time_limit_s": self.time_limit_s, "memory_limit_mb": self.memory_limit_mb or round(0.6 * total_memory_mb())}
-
-
-class OutOfBudget(Exception):
-    pass
-
-
-class _Meter:
-    """Checks the time and memory budget between model calls. `project=False` stops only at the
-    limits themselves (a stream that yields results on the way is worth running to its limit)."""
-
-    def __init__(self, cfg: LongRangeConfig, project: bool = True):
-        self.project = project
-        self.start = time.perf_counter()
-        self.time_limit = cfg.time_limit_s
-        self.memory_limit = cfg.budget()["memory_limit_mb"]
-        self.done = 0
-        self.marks: list[tuple[int, float]] = [(0, self.start)]  # (tokens done, time)
-
-    def check(self, done: int, total: int) -> None:
-        """Stop when the time limit is passed, or is sure to be: after 2% of the tokens, when the
-        time so far plus the rest at the rate of the latest half of the work exceeds 1.5 x the
-        limit (a lower bound when the state grows, as the rate only gets worse; the margin keeps a
-        slow patch on a busy machine from stopping a stream that would have finished)."""
-        now = time.perf_counter()
-        elapsed = now - self.start
-        self.done = done
-        self.marks.append((done, now))
-        half_done, half_time = next(m for m in self.marks if m[0] >= done // 2)
-        rate = (now - half_time) / max(done - half_done, 1)  # seconds per token
-        projected = elapsed + rate * (total - done)
-        if self.time_limit is not None and done < total:
-            if elapsed > self.time_limit:
-                raise OutOfBudget(f"time limit {self.time_limit:.0f} s reached after {done:,} of {total:,} tokens per row")
-            if self.project and done >= 0.02 * total and projected > 1.5 * self.time_limit:
-                raise OutOfBudget(f"time limit {self.time_limit:.0f} s: projected {projected:,.0f} s after {done:,} of "
-                                  f"{total:,} tokens per row")
-        rss = current_rss_mb()
-        if rss > self.memory_limit and done < total:
-            raise OutOfBudget(f"memory limit {self.memory_limit:,.0f} MB reached ({rss:,.0f} MB) after {done:,} of {total:,} tokens per row")
-
-
-def _stream(decoder: StreamingDecoder, data: torch.Tensor, meter: _Meter, desc: str, progress: bool,
-            offset: int = 0, total: Optional[int] = None) -> float:
-    """Feed data [B, L] (uint8) chunk by chunk; returns the seconds it took. `offset` and `total`:
-    where this piece starts in a longer stream and that stream's length (what the budget's
-    projection is over; default this piece alone)."""
-    chunk = decoder.segments_per_call * decoder.n
-    length = data.shape[1]
-    total = total if total is not None else offset + length
-    start = time.perf_counter()
-    with tqdm(total=length, desc=desc, unit="B", unit_scale=True, disable=not progress, dynamic_ncols=True, leave=False) as bar:
-        for a in range(0, length, chunk):
-            b = min(length, a + chunk)
-            decoder.feed(data[:, a:b].long())
-            bar.update(b - a)
-            meter.check(offset + b, total)
-    return time.perf_counter() - start
-
-
-def _measurements(device: torch.device) -> dict[str, Optional[float]]:
-    cuda = device.type == "cuda"
-    return {"peak_rss_mb": peak_rss_mb(), "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None}
+        return default_budget(self.time_limit_s, self.memory_limit_mb)
 
 
 def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
@@ -192,15 +115,15 @@ def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precis
     decoder = StreamingDecoder(model, len(keys), cfg.segments_per_call, precision)
     if cfg.reset_after_key:  # the state forgets everything up to the key's segment (not a key in the question's)
         decoder.reset_at = torch.tensor([s + 1 if k > 0 else -1 for s, k in zip(key_at, back)])
-    meter = _Meter(cfg)
+    meter = Meter(cfg)
     base = {"task": "passkey", "length": length, "tokens": data.shape[1], "rows_in_batch": len(keys),
             **cfg.settings(), **cfg.budget()}
     try:
-        seconds = _stream(decoder, data, meter, f"passkey {length:,}", progress)
+        seconds = stream(decoder, data, meter, f"passkey {length:,}", progress)
         generated = decoder.generate(cfg.key_digits + 2, feed_last=False).cpu()  # " NNNNN."
     except OutOfBudget as err:
         return [{**base, "depth": d, "status": f"out of budget: {err}", "accuracy": None, "tokens_done": meter.done,
-                 "tokens_per_s": None, **_measurements(device)} for d in cfg.depths]
+                 "tokens_per_s": None, **measurements(device)} for d in cfg.depths]
     texts = [bytes(row.tolist()) for row in generated]
     rows = []
     for i, depth in enumerate(cfg.depths):
@@ -212,7 +135,7 @@ def passkey_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precis
                      "digits_from_key": sum(d[1] for d in digits) / cfg.trials,
                      "key_segments_back": back[idx[0]],
                      "tokens_done": data.shape[1], "tokens_per_s": data.numel() / max(seconds, 1e-9),
-                     "seconds": seconds, **_measurements(device),
+                     "seconds": seconds, **measurements(device),
                      "keys": [keys[j] for j in idx], "generated": [texts[j].decode("latin-1") for j in idx]})
     return rows
 
@@ -225,15 +148,15 @@ def recall_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precisi
     if cfg.layout == "training":
         from memzoo.running.recall_stream import segment_recall_length
 
-        meter, device = _Meter(cfg), next(model.parameters()).device
+        meter, device = Meter(cfg), next(model.parameters()).device
         base = {"task": "recall", "length": length, "depth": None, "rows_in_batch": cfg.trials, **cfg.settings(),
                 **cfg.budget()}
         try:
-            rows = segment_recall_length(model, length, cfg, task, precision, meter, _stream, progress)
+            rows = segment_recall_length(model, length, cfg, task, precision, meter, stream, progress)
         except OutOfBudget as err:
             return [{**base, "status": f"out of budget: {err}", "accuracy": None, "tokens_done": meter.done,
-                     "tokens_per_s": None, **_measurements(device)}]
-        return [{**base, **r, **_measurements(device)} for r in rows]
+                     "tokens_per_s": None, **measurements(device)}]
+        return [{**base, **r, **measurements(device)} for r in rows]
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + length)
     examples = [recall_example(gen, length, cfg.pairs, cfg.queries) for _ in range(cfg.trials)]
     data = torch.stack([bytes_to_tensor(e.tokens, torch.uint8) for e in examples])  # [B, L]
@@ -242,20 +165,20 @@ def recall_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precisi
     tail = 2 * cfg.queries  # the queries, each followed by its answer, end the sequence
     device = next(model.parameters()).device
     decoder = StreamingDecoder(model, data.shape[0], cfg.segments_per_call, precision)
-    meter = _Meter(cfg)
+    meter = Meter(cfg)
     base = {"task": "recall", "length": length, "depth": None, "tokens": data.shape[1], "rows_in_batch": data.shape[0],
             **cfg.settings(), **cfg.budget()}
     try:
-        seconds = _stream(decoder, data[:, :-tail], meter, f"recall {length:,}", progress)
+        seconds = stream(decoder, data[:, :-tail], meter, f"recall {length:,}", progress)
         logits = decoder.feed(data[:, -tail:].long(), return_logits=True)  # [B, 2Q, V]
     except OutOfBudget as err:
         return [{**base, "status": f"out of budget: {err}", "accuracy": None, "tokens_done": meter.done,
-                 "tokens_per_s": None, **_measurements(device)}]
+                 "tokens_per_s": None, **measurements(device)}]
     predicted = logits[:, 0::2].argmax(-1).cpu()  # [B, Q]: the prediction after each query key
     hits = predicted == answers
     return [{**base, "status": "ok", "accuracy": float(hits.float().mean()), "exact": float(hits.all(1).float().mean()),
              "tokens_done": data.shape[1], "tokens_per_s": data.numel() / max(seconds, 1e-9), "seconds": seconds,
-             **_measurements(device)}]
+             **measurements(device)}]
 
 
 def evaluate_length(model: MemoryModel, length: int, cfg: LongRangeConfig, precision: str = "fp32",
@@ -282,73 +205,17 @@ def _length_worker(run_dir: str, length: int, cfg_dict: dict[str, Any], progress
     return rows
 
 
-def _run_isolated(run_dir: Path, length: int, cfg: LongRangeConfig, progress: bool) -> list[dict[str, Any]]:
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as pool:
-        future = pool.submit(_length_worker, str(run_dir), length, asdict(cfg), progress)
-        try:
-            return future.result()
-        except BrokenProcessPool:
-            depths = cfg.depths if cfg.task == "passkey" else [None]
-            return [{"task": cfg.task, "length": length, "depth": d, **cfg.settings(), **cfg.budget(), "accuracy": None,
-                     "tokens_per_s": None, "peak_rss_mb": None, "rss_isolated": True,
-                     "status": "out of budget: the worker process died (killed, most likely for memory)"}
-                    for d in depths]
-
-
-def _atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
-def weights_id(run_dir: Path) -> str:
-    """A fingerprint of the run's checkpoint: rows measured with other weights are not reused."""
-    digest = hashlib.sha1()
-    with open(run_dir / "checkpoint.pt", "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()[:12]
-
-
-def trained_run(run_dir: str | Path) -> tuple[Path, str]:
-    """The run folder, checked to hold a config and a checkpoint, and its weights' fingerprint."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    if not (run_dir / "checkpoint.pt").is_file():
-        raise FileNotFoundError(f"{run_dir} has no checkpoint.pt: train the run before evaluating it")
-    return run_dir, weights_id(run_dir)
-
-
-def in_process(run_dir: Path, isolate: bool, threads: int, model: Optional[MemoryModel]) -> tuple[Any, Optional[MemoryModel]]:
-    """(run config, model) to evaluate in this process, torch threads set; (None, model) when every
-    length runs in its own process. `model`: evaluate it instead of the run's trained one."""
-    from memzoo.running.checkpoints import load_trained
-
-    if isolate:
-        return None, model
-    run_cfg, loaded = load_trained(run_dir)
-    if threads:
-        torch.set_num_threads(threads)
-    return run_cfg, model or loaded
+def _died(length: int, cfg: LongRangeConfig) -> list[dict[str, Any]]:
+    """The rows of a length whose worker process died."""
+    depths = cfg.depths if cfg.task == "passkey" else [None]
+    return [{"task": cfg.task, "length": length, "depth": d, **cfg.settings(), **cfg.budget(), "accuracy": None,
+             "tokens_per_s": None, "peak_rss_mb": None, "rss_isolated": True, "status": WORKER_DIED} for d in depths]
 
 
 def _reusable(row: dict[str, Any], cfg: LongRangeConfig, weights: str) -> bool:
     """Measured with these settings and weights, the same arm of the reset ablation, and not out of
     a budget smaller than this one."""
     return bool(row.get("reset_after_key", False)) == cfg.reset_after_key and reusable(row, cfg, weights)
-
-
-def reusable(row: dict[str, Any], cfg: Any, weights: str) -> bool:
-    """A stored row measured with `cfg.settings()` and these weights, and not out of a budget smaller
-    than `cfg.budget()` (the long-range and the distance evaluations alike)."""
-    if row.get("weights") != weights or any(row.get(k) != v for k, v in cfg.settings().items()):
-        return False
-    if row.get("status") == "ok":
-        return True
-    inf = float("inf")
-    return all((row.get(k) or inf) >= (v or inf) for k, v in cfg.budget().items())
 
 
 def _done(rows: list[dict[str, Any]], length: int, cfg: LongRangeConfig, weights: str) -> bool:
@@ -368,12 +235,13 @@ def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool =
     store = run_dir / f"{cfg.task}.json"
     kept: list[dict[str, Any]] = json.loads(store.read_text()) if store.is_file() else []
     run_cfg, model = in_process(run_dir, cfg.isolate, cfg.threads, model)
-    method = _method_of(run_dir)
+    method = method_of(run_dir)
     for length in tqdm(cfg.lengths, desc=f"{cfg.task} {run_dir.name}", disable=not progress, dynamic_ncols=True):
         if resume and _done(kept, length, cfg, weights):
             continue
         if cfg.isolate:
-            rows = _run_isolated(run_dir, length, cfg, progress)
+            rows = run_isolated(_length_worker, (str(run_dir), length, asdict(cfg), progress),
+                                lambda: _died(length, cfg))
         else:
             rows = evaluate_length(model, length, cfg, run_cfg.train.precision, progress, run_cfg.task)
             for r in rows:
@@ -383,8 +251,8 @@ def evaluate_longrange(run_dir: str | Path, cfg: LongRangeConfig, resume: bool =
         keys = {_row_key(r) for r in rows}
         kept = [r for r in kept if _row_key(r) not in keys] + rows
         kept.sort(key=lambda r: (r["length"], -1 if r.get("depth") is None else r["depth"], _row_key(r)[2]))
-        _atomic_json(store, kept)
-        _merge_into_result(run_dir, cfg.task, kept)
+        atomic_json(store, kept)
+        merge_into_result(run_dir, cfg.task, kept)
     wanted = set(cfg.lengths)
     return [r for r in kept if r["length"] in wanted and _reusable(r, cfg, weights)]
 
@@ -394,15 +262,56 @@ def _row_key(row: dict[str, Any]) -> tuple:
     return row["length"], row.get("depth"), bool(row.get("reset_after_key", False))
 
 
-def _method_of(run_dir: Path) -> str:
-    from omegaconf import OmegaConf
+def _add_arguments(s: argparse.ArgumentParser, default_lengths: str) -> None:
+    """The options passkey and recall share."""
+    s.add_argument("run_dir", help="a trained run folder (e.g. fine-tuned with task.name=passkey)")
+    s.add_argument("--lengths", type=numbers(int, "--lengths"), default=numbers(int, "")(default_lengths),
+                   help=f"prompt lengths in bytes, comma-separated (default {default_lengths})")
+    s.add_argument("--trials", type=int, default=1, help="examples per length (and depth); one batch per length")
+    s.add_argument("--no-isolate", action="store_true", help="run every length in this process (peak RSS is then cumulative)")
+    add_stream_options(s, segments_per_call=8, time_limit="seconds per length before 'out of budget' (0: none)")
 
-    return str(OmegaConf.load(run_dir / "config.yaml").memory.name)
+
+def _passkey_arguments(s: argparse.ArgumentParser) -> None:
+    _add_arguments(s, "4096,32768,262144,1048576")
+    s.add_argument("--depths", type=numbers(float, "--depths"), default=[0.0, 0.5, 1.0],
+                   help="key depths as fractions, comma-separated (0 start, 1 end; default 0,0.5,1)")
+    s.add_argument("--key-digits", type=int, default=5)
+    s.add_argument("--reset-after-key", action="store_true",
+                   help="the memory-reset ablation: reset the state right after the key's segment (rows kept apart)")
 
 
-def _merge_into_result(run_dir: Path, task: str, rows: list[dict[str, Any]]) -> None:
-    """result.json (the run's table row) gains the task's rows under its name; nothing else changes."""
-    path = run_dir / "result.json"
-    row = json.loads(path.read_text()) if path.is_file() else {"name": run_dir.name, "method": _method_of(run_dir)}
-    row[task] = [{k: v for k, v in r.items() if k not in ("generated", "keys")} for r in rows]
-    _atomic_json(path, row)
+def _recall_arguments(s: argparse.ArgumentParser) -> None:
+    _add_arguments(s, "1024,4096,32768")
+    s.add_argument("--pairs", type=int, default=16)
+    s.add_argument("--queries", type=int, default=8)
+    s.add_argument("--layout", choices=["free", "training"], default="free",
+                   help="training: the run's own recall-across-segments layout, queries LENGTH bytes after the pairs")
+    s.add_argument("--reset-after-key", action="store_true",
+                   help="with --layout training: reset the state right after the pairs' segment (the ablation)")
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    options = dict(task=args.command, lengths=args.lengths, trials=args.trials, seed=args.seed,
+                   segments_per_call=args.segments_per_call, time_limit_s=args.time_limit or None,
+                   memory_limit_mb=args.memory_limit_mb, isolate=not args.no_isolate, threads=args.threads,
+                   reset_after_key=args.reset_after_key)
+    if args.command == "passkey":
+        return {**options, "depths": args.depths, "key_digits": args.key_digits}
+    return {**options, "pairs": args.pairs, "queries": args.queries, "layout": args.layout}
+
+
+def _shown(r: dict[str, Any]) -> dict[str, Any]:
+    return {"length": f"{r['length']:,}", "depth": "" if r.get("depth") is None else r["depth"],
+            "segments_back": r.get("key_segments_back", ""), "accuracy": fmt(r.get("accuracy"), ".2f"),
+            "tokens_per_s": fmt(r.get("tokens_per_s"), ",.0f"), "peak_rss_mb": fmt(r.get("peak_rss_mb"), ",.0f"),
+            "status": r["status"][:90]}
+
+
+_COLUMNS = ["length", "depth", "segments_back", "accuracy", "tokens_per_s", "peak_rss_mb", "status"]
+register_evaluation(Evaluation("passkey", LongRangeConfig, evaluate_longrange, Command(
+    "passkey retrieval by streaming: accuracy, tokens/s, peak memory per (length, depth)", _passkey_arguments,
+    _options, _shown, _COLUMNS, "passkey.json")))
+register_evaluation(Evaluation("recall", LongRangeConfig, evaluate_longrange, Command(
+    "multi-query associative recall by streaming, per length", _recall_arguments, _options, _shown,
+    [c for c in _COLUMNS if c != "segments_back"], "recall.json")))

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.core.config import ConfigError, _merge_checked
+from memzoo.core.config import ConfigError, merge_checked
 
 LAUNCHERS = ("local", "submitit-local", "slurm")
 # SLURM states (sacct) in which a job may still produce its run; UNKNOWN: submitted, not yet listed.
@@ -44,7 +44,7 @@ class LauncherConfig:
 
 def launcher_config(section: Any) -> LauncherConfig:
     """The suite's launcher section validated against LauncherConfig (an unknown key names itself)."""
-    merged = _merge_checked(OmegaConf.structured(LauncherConfig), section or {}, where="suite.launcher")
+    merged = merge_checked(OmegaConf.structured(LauncherConfig), section or {}, where="suite.launcher")
     cfg = OmegaConf.to_object(merged)
     if cfg.poll_s <= 0 or cfg.timeout_min < 1 or cfg.cpus_per_task < 1 or cfg.gpus_per_node < 0:
         raise ConfigError(f"suite.launcher: poll_s > 0, timeout_min >= 1, cpus_per_task >= 1 and gpus_per_node >= 0 "

@@ -25,6 +25,7 @@ from memzoo.analysis.distance import (distance_curves, distance_reach, distance_
 from memzoo.analysis.longrange import (PASSKEY_INTERVAL, accuracy_by_key_segment, answer_loss_curves, gate_summary,
                                        lm_before_after, passkey_length_curves, recall_generalisation)
 from memzoo.analysis.stats import BOOTSTRAP, INTERVAL, PAIRED_TEST, UNPAIRED_TEST, t_halfwidth
+from memzoo.running.evaluations import evaluations
 
 FIGURES = {
     "gain": "Headline: state (numbers per sequence, log) against the difference from local in valid bits per byte, "
@@ -299,6 +300,22 @@ def console_table(df: pd.DataFrame) -> pd.DataFrame:
                                 "tokens_per_s", "peak_rss_mb"]]
 
 
+# The evaluation kinds this report has sections of its own for; any other registered kind gets its rows.
+OWN_SECTIONS = ("lm", "passkey", "recall", "distance", "babilong")
+
+
+def registered_sections(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """A section for each registered evaluation (memzoo.running.evaluations) with rows in the table
+    and no section of its own here: its rows per run, as measured."""
+    sections = []
+    for name in evaluations():
+        if name not in OWN_SECTIONS and f"{name}_json" in df.columns:
+            table = longrange_table(df, name, reset=None)
+            if not table.empty:
+                sections.append((f"Evaluation {name}: its rows per run", display(table)))
+    return sections
+
+
 def write_report(results_dir: str | Path, figures: bool = True) -> tuple[Path, Path]:
     """report.md and report.html in `results_dir` (which holds results.parquet or run folders);
     figures=False: the tables only (drawing is most of a report's time)."""
@@ -385,6 +402,7 @@ def write_report(results_dir: str | Path, figures: bool = True) -> tuple[Path, P
     lm = lm_before_after(df)
     if not lm.empty:
         sections.append(("Validation bits per byte before and after fine-tuning (ratio: after / before)", display(lm)))
+    sections += registered_sections(df)
     gates = gate_summary(df)
     if not gates.empty and "gate_before" in gates and gates["gate_before"].notna().any():
         sections.append(("Gates before and after fine-tuning (mean over heads; share of heads < 0.1 and > 0.9 after)",

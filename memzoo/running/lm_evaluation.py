@@ -1,0 +1,73 @@
+"""The language-model evaluation as a registered kind (`memzoo eval RUN_DIR`): bits per byte over a
+split's documents, overall and by segment index, with throughput and peak memory
+(memzoo.running.evaluate), written into the run's result.json. Training runs it at its end, so a
+suite never lists it as a long-range stage; its table columns are bpb by segment and the gates."""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from memzoo.running.evaluations import Command, Evaluation, register_evaluation
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class LmEvalConfig:
+    """Which split to evaluate (None: the run's own eval.split)."""
+
+    task: str = "lm"
+    split: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.split is not None and self.split not in SPLITS:
+            raise ValueError(f"split={self.split!r}; expected one of {', '.join(SPLITS)}")
+
+
+def evaluate_folder(run_dir: str | Path, cfg: LmEvalConfig, resume: bool = True, progress: bool = True) -> list[dict]:
+    """The run's result.json row after evaluating its trained model on the split (always measured again)."""
+    from memzoo.running.checkpoints import load_run
+    from memzoo.running.evaluate import evaluate_run, write_result
+
+    run_cfg, model = load_run(run_dir, device=None)  # --device, else the run's train.device (eval_device)
+    return [write_result(Path(run_dir), run_cfg, model, evaluate_run(run_cfg, model, split=cfg.split, progress=progress))]
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    """A result.json row's headline numbers, one per line, and bpb by segment index."""
+    keys = ["method", "params", "footprint_analytic", "footprint_measured", "valid_bpb", "test_bpb", "tokens_per_s",
+            "train_tokens_per_s", "peak_rss_mb"]
+    for k in keys:
+        if k in result and result[k] is not None:
+            v = result[k]
+            print(f"  {k:20s} {v:.4f}" if isinstance(v, float) else f"  {k:20s} {v}")
+    if result.get("bpb_by_segment"):
+        print("  bpb by segment index: " + " ".join(f"{x:.3f}" for x in result["bpb_by_segment"]))
+
+
+def table_columns(row: dict[str, Any]) -> None:
+    """bpb by segment as bpb_seg_<i> columns (the list stays too); the gates as one JSON column."""
+    for i, value in enumerate(row.get("bpb_by_segment") or []):
+        row[f"bpb_seg_{i}"] = value
+    row["gates_json"] = json.dumps(row.pop("gates", {}))
+
+
+def _print_rows(args: argparse.Namespace, rows: list[dict]) -> None:
+    """The row as JSON with --json, else its summary."""
+    print(json.dumps(rows[0], indent=1)) if args.json else print_summary(rows[0])
+
+
+def _arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("run_dir")
+    s.add_argument("--split", default=None, choices=list(SPLITS))
+    s.add_argument("--json", action="store_true")
+
+
+register_evaluation(Evaluation(
+    "lm", LmEvalConfig, evaluate_folder,
+    Command("evaluate a run folder", _arguments, lambda args: {"split": args.split}, dict, [], "",
+            print_rows=_print_rows, name="eval"),
+    columns=table_columns, in_suite=False))

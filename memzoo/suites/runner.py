@@ -1,0 +1,180 @@
+"""Running a suite: every unfinished run in a fresh worker process (`worker`: its training stages in
+order, then its long-range stages), locally in a process pool or one job per run through a launcher;
+the results table rewritten after each run."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import json
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from memzoo.core.config import RunConfig, merge_checked, to_yaml
+from memzoo.running.configure import resolve
+from memzoo.running.curriculum import prepare_stage
+from memzoo.running.evaluations import run_evaluation
+from memzoo.running.tracking import check_tracker
+from memzoo.suites.expansion import RunSpec, backbone_specs, expand, suite_dir
+from memzoo.suites.params import check_parameter_spread_by_width, parameter_counts
+from memzoo.suites.progress import SuiteProgress
+from memzoo.suites.stages import is_finished, longrange_configs, stages_signature
+from memzoo.suites.suite_plugins import import_plugins
+from memzoo.suites.table import write_table
+
+
+def worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imports: list[str],
+            longrange: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every stage of one run in this (fresh) process: pretraining (if any), training or the
+    fine-tuning stages in order, long-range evaluations. Each stage resumes or is skipped when
+    already done; a stale one is moved aside and trained again (memzoo.running.curriculum). Progress goes
+    to run_dir/progress.json."""
+    import torch
+
+    from memzoo.running.train import train
+
+    if threads:
+        torch.set_num_threads(threads)
+    import_plugins(imports)
+    path = Path(run_dir)
+    stages = [(stage, _load_yaml_config(text)) for stage, text in spec_yaml.items() if text is not None]
+    todo = []  # before anything is written: stale folders (the run's own included) are moved aside
+    for _, cfg in stages:
+        todo.append(prepare_stage(Path(cfg.out_dir) / cfg.name, cfg, upstream_retrained=any(todo)))
+    path.mkdir(parents=True, exist_ok=True)
+    done_before = 0
+    total = sum(int(cfg.train.steps) for _, cfg in stages)
+    for (stage, cfg), needed in zip(stages, todo):
+        (path / f"suite-{stage}-config.yaml").write_text(spec_yaml[stage])
+        stage_dir = Path(cfg.out_dir) / cfg.name
+
+        def progress(step: int, offset: int = done_before) -> None:
+            (path / "progress.json").write_text(json.dumps({"step": offset + step, "steps": total}))
+
+        if needed:
+            train(cfg, run_dir=stage_dir, on_step=progress, progress=False)
+        done_before += int(cfg.train.steps)
+    for options in longrange:
+        run_evaluation(path, options)
+    if longrange:
+        (path / "longrange-done.json").write_text(json.dumps(stages_signature(longrange)))
+    return json.loads((path / "result.json").read_text())
+
+
+def _load_yaml_config(text: str) -> DictConfig:
+    """A stage's resolved run config from its YAML text (validated as `memzoo train` would)."""
+    return resolve(merge_checked(OmegaConf.structured(RunConfig), OmegaConf.create(text), where="suite stage"))
+
+
+def _stage_yaml(spec: RunSpec) -> dict[str, Optional[str]]:
+    """Every training stage's config as YAML, in order: pretrain, stage1, stage2, ..., run."""
+    stages = {"pretrain": to_yaml(spec.pretrain) if spec.pretrain is not None else None}
+    stages.update({f"stage{i + 1}": to_yaml(c) for i, c in enumerate(spec.stages)})
+    return {**stages, "run": to_yaml(spec.cfg)}
+
+
+def _progress_of(run_dir: Path) -> int:
+    try:
+        return int(json.loads((run_dir / "progress.json").read_text())["step"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return 0
+
+
+def worker_args(spec: RunSpec, suite: DictConfig, threads: int, longrange: list[dict[str, Any]]) -> tuple:
+    """`worker`'s arguments for one run, whichever launcher runs it."""
+    return (_stage_yaml(spec), str(spec.run_dir), threads, list(suite.imports),
+            [{**lr, "threads": threads} for lr in longrange])
+
+
+def collect_suite(suite: DictConfig) -> pd.DataFrame:
+    """results.parquet from whatever runs of the suite have finished (`memzoo compare --collect`)."""
+    root = suite_dir(suite)
+    root.mkdir(parents=True, exist_ok=True)
+    return write_table(root, expand(suite))
+
+
+def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = True, launcher: Optional[str] = None,
+              wait: bool = True) -> pd.DataFrame:
+    """Run every unfinished run of the suite; returns the results table. `launcher`: None for local
+    worker processes, or one submitit job per run (`slurm`, `submitit-local`; memzoo.suites.launchers)."""
+    root = suite_dir(suite)
+    root.mkdir(parents=True, exist_ok=True)
+    specs = expand(suite)
+    for tracker in sorted({str(c.log.tracker) for s in specs for c in s.chain}):
+        check_tracker(tracker)  # a missing tensorboard or wandb fails here, before any run starts
+    counts = parameter_counts(specs)
+    spread = check_parameter_spread_by_width(specs, counts, suite.max_param_spread)
+    (root / "suite.yaml").write_text(OmegaConf.to_yaml(suite))
+    (root / "params.json").write_text(json.dumps({"counts": counts, "spread": spread}, indent=1))
+    if progress:
+        print(f"suite {suite.name}: {len(specs)} runs; parameters {min(counts.values()):,}..{max(counts.values()):,} "
+              f"(spread {spread:.1%}); folder {root}")
+
+    longrange = [dataclasses.asdict(c) for c in longrange_configs(suite)]
+    todo = [s for s in specs if not is_finished(s, stages_signature(longrange))]
+    backbones = [b for b in backbone_specs(suite) if not is_finished(b, [])]
+    jobs = jobs or suite.jobs
+    if launcher is not None:  # one job per run on a cluster (or submitit's local executor), the same worker
+        from memzoo.suites.launchers import launcher_config, run_jobs
+
+        threads = suite.threads_per_job or launcher_config(suite.launcher).cpus_per_task
+        if backbones:  # first, and alone: every run starts from them
+            failed = run_jobs(launcher, suite, root, backbones, worker, lambda s: worker_args(s, suite, threads, []),
+                              lambda s: is_finished(s, []), lambda s: None, wait=True, progress=progress)
+            if failed:
+                raise RuntimeError(f"suite backbone failed: {failed}; its checkpoint is kept, re-run to resume")
+        failures = run_jobs(launcher, suite, root, todo, worker, lambda s: worker_args(s, suite, threads, longrange),
+                            lambda s: is_finished(s, stages_signature(longrange)), lambda s: write_table(root, specs),
+                            wait=wait, progress=progress)
+        return _finish(root, specs, failures)
+    threads = suite.threads_per_job or max(1, (os.cpu_count() or 1) // jobs)
+    if backbones:  # first, one at a time, with every worker's threads: every run starts from them
+        with cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as one:
+            for spec in backbones:
+                if progress:
+                    print(f"suite {suite.name}: training the shared backbone {spec.name} ({spec.steps} steps)")
+                one.submit(worker, *worker_args(spec, suite, threads * jobs, [])).result()
+    total_steps = sum(s.steps for s in specs)
+    done_steps = sum(s.steps for s in specs if s not in todo)
+    bar = SuiteProgress(suite.name, total_steps, done_steps, len(specs), len(specs) - len(todo), progress)
+    failures: dict[str, str] = {}
+    ctx = multiprocessing.get_context("spawn")
+    pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1)
+    try:
+        futures = {pool.submit(worker, *worker_args(s, suite, threads, longrange)): s for s in todo}
+        pending = set(futures)
+        finished_steps = done_steps
+        while pending:
+            done, pending = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_COMPLETED)
+            for fut in done:
+                spec = futures[fut]
+                try:
+                    fut.result()
+                except Exception as err:  # one failed run must not lose the others
+                    failures[spec.name] = f"{type(err).__name__}: {err}"
+                    bar.write(f"run {spec.name} failed: {failures[spec.name]} (its checkpoint is kept; re-run to resume)")
+                finished_steps += spec.steps
+                write_table(root, specs)
+                bar.run_finished(spec.name, spec.name not in failures)
+            active = [futures[f] for f in pending if f.running()]
+            bar.update(finished_steps, {s.name: (_progress_of(s.run_dir), s.steps) for s in active})
+    except KeyboardInterrupt:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        bar.close()
+        pool.shutdown(wait=True, cancel_futures=True)
+    return _finish(root, specs, failures)
+
+
+def _finish(root: Path, specs: list[RunSpec], failures: dict[str, str]) -> pd.DataFrame:
+    """The final table; failed runs listed in failures.json and raised (their checkpoints are kept)."""
+    df = write_table(root, specs)
+    if failures:
+        (root / "failures.json").write_text(json.dumps(failures, indent=1))
+        raise RuntimeError(f"{len(failures)} of {len(specs)} runs failed: {', '.join(failures)}; see {root}/failures.json")
+    return df

@@ -1,0 +1,133 @@
+"""The evaluation registry (memzoo.running.evaluations): every kind registered once with a config,
+a run function, its table columns and its command, which the suites and the CLI read; and the
+worked example of docs/evaluations.md, run as printed."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from memzoo.cli import build_parser, main
+from memzoo.core.config import ConfigError
+from memzoo.running.configure import load_config
+from memzoo.running.evaluations import (Evaluation, evaluation_config, evaluations, get_evaluation, register_evaluation,
+                                        run_evaluation, table_columns, unregister_evaluation)
+from memzoo.running.train import train
+from memzoo.suites.table import result_row
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16", "train.batch_size=2",
+        "train.window_segments=2", "train.bptt_segments=1", "train.warmup_steps=1", "eval.max_docs=2",
+        "eval.max_segments_per_doc=2", "data.max_docs=30", "train.steps=2"]
+
+
+def test_every_kind_is_registered_once_with_its_config_and_command() -> None:
+    known = evaluations()
+    assert list(known)[:5] == ["lm", "passkey", "recall", "distance", "babilong"]
+    for name, evaluation in known.items():
+        assert evaluation.config(task=name).task == name, f"{name}: its config does not take its own name"
+    commands = {a for action in build_parser()._subparsers._group_actions for a in action.choices}
+    assert {e.command.name or e.name for e in known.values() if e.command} <= commands
+
+
+def test_a_longrange_entry_is_its_kinds_config_and_a_bad_one_is_named() -> None:
+    assert type(evaluation_config({"task": "distance", "gaps": [1, 2]})).__name__ == "DistanceConfig"
+    assert evaluation_config({"lengths": [4096]}).task == "passkey"  # no task: passkey, as before the registry
+    with pytest.raises(ConfigError, match="task='nope' is not registered; registered: lm, passkey, recall"):
+        evaluation_config({"task": "nope"})
+    with pytest.raises(ConfigError, match="task='lm' runs at the end of training"):
+        evaluation_config({"task": "lm"})
+    with pytest.raises(ValueError, match="gaps=\\[0\\]"):
+        evaluation_config({"task": "distance", "gaps": [0]})
+
+
+def test_table_columns_of_every_kind() -> None:
+    row = table_columns({"bpb_by_segment": [2.0, 1.5], "gates": {"0": [0.5]}, "passkey": [{"length": 4}],
+                         "distance": [{"gap_segments": 1}], "valid_bpb": 1.7})
+    assert row == {"bpb_by_segment": [2.0, 1.5], "bpb_seg_0": 2.0, "bpb_seg_1": 1.5, "gates_json": '{"0": [0.5]}',
+                   "passkey_json": '[{"length": 4}]', "distance_json": '[{"gap_segments": 1}]', "valid_bpb": 1.7}
+
+
+def test_a_name_another_module_registered_is_refused() -> None:
+    passkey = get_evaluation("passkey")
+    with pytest.raises(ConfigError, match="'passkey' is registered twice"):
+        register_evaluation(Evaluation("passkey", passkey.config, lambda *a, **k: [], module="elsewhere"))
+    assert get_evaluation("passkey") is passkey
+
+
+def example_code() -> str:
+    page = (ROOT / "docs" / "evaluations.md").read_text()
+    return re.search(r"## A worked example.*?```python\n(.*?)```", page, flags=re.S).group(1)
+
+
+@pytest.fixture(scope="module")
+def copy_kind(tmp_path_factory):
+    """The page's example as a file, imported as a suite's `imports:` imports it; its kind removed afterwards."""
+    from memzoo.suites.suite_plugins import import_plugins
+
+    path = tmp_path_factory.mktemp("example") / "copy_eval.py"
+    path.write_text(example_code())
+    import_plugins([str(path)])
+    yield get_evaluation("copy").run.__globals__  # the module's namespace
+    unregister_evaluation("copy")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return train(load_config("local", TINY + ["name=tiny", f"out_dir={tmp_path_factory.mktemp('runs')}"]),
+                 progress=False)
+
+
+class Copier:
+    """Stands in for StreamingDecoder with a perfect copy: at each position it predicts the byte one
+    copy back of the next one, so a correct example scores 1.0 (one reading the wrong positions would not)."""
+
+    length = 0
+
+    def __init__(self, model, batch_size, segments_per_call=8, precision="fp32"):
+        self.seen = torch.zeros(batch_size, 0, dtype=torch.long)
+
+    def feed(self, tokens, return_logits=False):
+        self.seen = torch.cat([self.seen, tokens], 1)
+        logits = torch.zeros(*tokens.shape, 256)
+        for p in range(self.seen.shape[1] - tokens.shape[1], self.seen.shape[1]):
+            if p + 1 >= self.length and p + 1 - self.length < self.seen.shape[1]:
+                logits[:, p - (self.seen.shape[1] - tokens.shape[1])].scatter_(1, self.seen[:, p + 1 - self.length, None], 1.0)
+        return logits
+
+
+def test_the_worked_example_runs_through_a_suite_stage_the_table_and_the_cli(copy_kind, run_dir, capsys,
+                                                                            monkeypatch) -> None:
+    assert list(evaluations())[-1] == "copy"
+    from memzoo.suites.compare import load_suite, longrange_configs  # a suite's entry, with the runner's threads
+
+    suite = load_suite("quick", ["longrange=[{task: copy, length: 8}]"])
+    assert [(c.task, c.length, c.trials) for c in longrange_configs(suite, threads=2)] == [("copy", 8, 4)]
+    rows = run_evaluation(run_dir, {"task": "copy", "length": 40, "trials": 3})  # a suite's `longrange:` entry
+    assert len(rows) == 1 and 0.0 <= rows[0]["accuracy"] <= 1.0 and rows[0]["trials"] == 3
+    assert json.loads((run_dir / "copy.json").read_text()) == rows
+    row = result_row(run_dir)
+    assert json.loads(row["copy_json"]) == rows and "copy" not in row
+    assert row["valid_bpb"] > 0  # the training's own columns stay
+
+    parser = build_parser()  # the command the kind registered
+    assert parser.parse_args(["copy", str(run_dir), "--length", "8"]).evaluation == "copy"
+    assert main(["copy", str(run_dir), "--length", "40", "--trials", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == rows
+    assert main(["copy", str(run_dir), "--length", "0"]) == 2
+    assert "copy length=0, trials=4; expected both >= 1" in capsys.readouterr().err
+
+    from memzoo.suites.report import write_report  # the report shows a kind it has no section of its own for
+
+    pd.DataFrame([row]).to_parquet(run_dir.parent / "results.parquet")
+    md, _ = write_report(run_dir.parent, figures=False)
+    assert "## Evaluation copy: its rows per run" in md.read_text()
+
+    monkeypatch.setattr(Copier, "length", 24)
+    monkeypatch.setitem(copy_kind, "StreamingDecoder", Copier)
+    (perfect,) = run_evaluation(run_dir, {"task": "copy", "length": 24, "trials": 2})
+    assert perfect["accuracy"] == 1.0
