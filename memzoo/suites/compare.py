@@ -31,6 +31,7 @@ from memzoo.running.curriculum import (config_matches, finetune_chain, finished,
                                        stages_within_reach)
 from memzoo.running.diagnostics import stage_columns
 from memzoo.running.tracking import check_tracker
+from memzoo.suites.threads import Claim, suite_threads
 
 
 @dataclass
@@ -47,7 +48,7 @@ class SuiteConfig:
     token_budget: Optional[int] = None  # training bytes per run, the same for every method (sets train.steps)
     imports: list[str] = field(default_factory=list)  # modules or .py files to import first (notebook plugins)
     jobs: int = 1  # worker processes
-    threads_per_job: int = 0  # torch threads per worker; 0 = cores // jobs
+    threads_per_job: int = 0  # torch threads per worker; 0 = the usable cores that other suites leave, // jobs
     max_param_spread: float = 0.10  # (max - min) / min of the parameter counts across runs
     out_dir: str = "results"  # the suite's folder is out_dir/name
     # Optional fine-tuning after pretraining: run-config overrides (one stage, e.g. on the passkey
@@ -403,15 +404,19 @@ def write_table(root: Path, specs: list[RunSpec]) -> pd.DataFrame:
 
 
 def _worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imports: list[str],
-            longrange: list[dict[str, Any]]) -> dict[str, Any]:
+            longrange: list[dict[str, Any]], share: Optional[tuple[int, int]] = None) -> dict[str, Any]:
     """Every stage of one run in this (fresh) process: pretraining (if any), training or the
     fine-tuning stages in order, long-range evaluations. Each stage resumes or is skipped when
     already done; a stale one is moved aside and trained again (memzoo.running.curriculum). Progress goes
-    to run_dir/progress.json."""
+    to run_dir/progress.json. `share` = (jobs, suite pid): threads sized again now, at most `threads`
+    (a suite started since is counted; memzoo.suites.threads)."""
     import torch
 
     from memzoo.running.train import train
 
+    if share is not None:
+        threads = min(threads, suite_threads(share[0], suite_pid=share[1], warn=False, count_load=False))
+        longrange = [{**lr, "threads": threads} for lr in longrange]
     if threads:
         torch.set_num_threads(threads)
     import_plugins(imports)
@@ -506,7 +511,16 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
                             lambda s: is_finished(s, _stages_signature(longrange)), lambda s: write_table(root, specs),
                             wait=wait, progress=progress)
         return _finish(root, specs, failures)
-    threads = suite.threads_per_job or max(1, (os.cpu_count() or 1) // jobs)
+    with Claim(jobs):  # other suites started meanwhile count this one's workers (memzoo.suites.threads)
+        return _run_local(suite, root, specs, todo, backbones, longrange, jobs, progress)
+
+
+def _run_local(suite: DictConfig, root: Path, specs: list[RunSpec], todo: list[RunSpec], backbones: list[RunSpec],
+               longrange: list[dict[str, Any]], jobs: int, progress: bool) -> pd.DataFrame:
+    """`run_suite`'s local worker processes; threads per worker: suite.threads_per_job, or a share of
+    the cores that other suites and programs leave free."""
+    threads = suite.threads_per_job or suite_threads(jobs, warn=progress)
+    share = None if suite.threads_per_job else (jobs, os.getpid())
     if backbones:  # first, one at a time, with every worker's threads: every run starts from them
         with cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as one:
             for spec in backbones:
@@ -520,7 +534,7 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
     ctx = multiprocessing.get_context("spawn")
     pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1)
     try:
-        futures = {pool.submit(_worker, *_worker_args(s, suite, threads, longrange)): s for s in todo}
+        futures = {pool.submit(_worker, *_worker_args(s, suite, threads, longrange), share): s for s in todo}
         pending = set(futures)
         finished_steps = done_steps
         while pending:
