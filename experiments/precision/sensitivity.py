@@ -47,13 +47,14 @@ def quick_config(method: str, seed: int, out_dir: str, overrides: Optional[list[
     return spec.cfg
 
 
-def run_one(method: str, seed: int, condition: str, out_dir: str, log_every: int, trace: bool) -> dict[str, Any]:
+def run_one(method: str, seed: int, condition: str, out_dir: str, log_every: int, trace: bool,
+            overrides: Optional[list[str]] = None) -> dict[str, Any]:
     """One quick run under `condition` (in a fresh process); its result row."""
     import memzoo.running.train as train_mod
 
     threads, rel = CONDITIONS[condition]
     torch.set_num_threads(threads)
-    cfg = quick_config(method, seed, out_dir, [f"run.train.log_every={log_every}"])
+    cfg = quick_config(method, seed, out_dir, [f"run.train.log_every={log_every}", *(overrides or [])])
     cfg.train.threads = threads
     if rel > 0:
         build = train_mod.build_model
@@ -96,13 +97,14 @@ def main() -> None:
     ap.add_argument("--csv", default="experiments/precision/sensitivity.csv")
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (each in a fresh process)")
     ap.add_argument("--log-every", type=int, default=1, help="metrics.jsonl rows: every step for the traces")
+    ap.add_argument("--set", nargs="*", default=[], help="quick-suite overrides, e.g. options.armt.write_norm=rms-kv")
     ap.add_argument("--no-trace", action="store_true", help="no per-step memory statistics (trace.jsonl)")
     ap.add_argument("--label", default="", help="a note for the CSV's rows (the code version, the machine)")
     args = ap.parse_args()
     todo = [(m, c) for m in args.methods for c in args.conditions]
     rows = []
     with cf.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as pool:
-        futs = [pool.submit(run_one, m, args.seed, c, args.out, args.log_every, not args.no_trace) for m, c in todo]
+        futs = [pool.submit(run_one, m, args.seed, c, args.out, args.log_every, not args.no_trace, args.set) for m, c in todo]
         for f in cf.as_completed(futs):
             rows.append(f.result())
             line = json.dumps({k: v for k, v in rows[-1].items() if k != "run_dir"})

@@ -35,7 +35,7 @@ def install_armt() -> None:
 
     den0, write0 = armt.denominator, armt.associative_write
 
-    def denominator(phi: Tensor, z: Tensor, eps: float, floor: float) -> Tensor:
+    def denominator(phi: Tensor, z: Tensor, eps: float, floor: float, *more) -> Tensor:
         with torch.no_grad():
             raw = torch.einsum("btk,bk->bt", phi, z) + eps  # [B, T]
             norm2 = phi.square().sum(-1)  # [B, T]
@@ -43,9 +43,9 @@ def install_armt() -> None:
             record("armt_den_ratio_min", ratio.min(), min)
             record("armt_floor_binds", (raw < floor * norm2).double().mean(), mean)
             record("armt_phi_norm2_max", norm2.max())
-        return den0(phi, z, eps, floor)
+        return den0(phi, z, eps, floor, *more)
 
-    def associative_write(A, z, k, v, beta, empty, eps, floor=0.0):
+    def associative_write(A, z, k, v, beta, empty, eps, floor=0.0, *more):
         with torch.no_grad():
             zk = torch.einsum("bmk,bk->bm", k, z)
             k2 = k.square().sum(-1)
@@ -60,7 +60,7 @@ def install_armt() -> None:
             record("armt_A_max", A.abs().max())
             record("armt_z_max", z.abs().max())
             record("armt_v_max", v.abs().max())
-        return write0(A, z, k, v, beta, empty, eps, floor)
+        return write0(A, z, k, v, beta, empty, eps, floor, *more)
 
     armt.denominator, armt.associative_write = denominator, associative_write
 
