@@ -145,7 +145,7 @@ class AssociativeRecurrentMemory(ModelMemory):
     """[tokens; memory tokens] through the decoder; each layer reads A, z at its input and writes them from its output."""
 
     gradient_through_state = True
-    legacy_options = {"write_norm": "none"}  # folders saved before the option were the paper's write
+    legacy_options = {"write_norm": "none", "cos_floor": 0.0}  # folders saved before the options: the paper's write, no cos floor
 
     def __init__(self, cfg: ARMTConfig, model: ModelConfig):
         super().__init__(cfg, model)
