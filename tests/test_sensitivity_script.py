@@ -22,7 +22,7 @@ def test_the_nudge_is_relative_reproducible_and_leaves_the_global_rng_alone() ->
     perturb_weights(b, 1e-7)
     for p, q, w in zip(a.parameters(), b.parameters(), before):
         assert torch.equal(p, q)  # the same nudge every time
-        ratio = (p / w - 1).abs() / 1e-7  # |noise| of a standard normal
+        ratio = (p.detach() / w - 1).abs() / 1e-7  # |noise| of a standard normal
         assert float(ratio.max()) < 6 and float(ratio.mean()) == pytest.approx(0.8, abs=0.1)
     with pytest.raises(ValueError, match="rel=-1"):
         perturb_weights(a, -1.0)
