@@ -47,7 +47,7 @@ def write_ref(mem, state, x):
     layer = mem.layers[0]
     return armt_write_reference(state["A.0"], state["z.0"], x[:, -mem.m :], layer.W_K.weight, layer.W_V.weight,
                                 layer.W_beta.weight[0], layer.W_beta.bias[0], NU, EPS, ~state["written"], mem.floor,
-                                write_norm=mem.write_norm)
+                                write_norm=mem.write_norm, cos_floor=mem.cos_floor)
 
 
 def gammas(mem, state, x) -> torch.Tensor:
@@ -141,6 +141,45 @@ def test_norm_floor_bounds_a_query_z_does_not_cover() -> None:
     assert torch.allclose(associative_read(phi, A, z, EPS, 1.0), num / phi.square().sum(), rtol=1e-12)
     with pytest.raises(ValueError, match="norm_floor"):
         plugin(norm_floor=-1.0)
+
+
+@pytest.mark.parametrize("floor", [0.0, 1.0], ids=["bare", "norm-floored"])
+def test_cos_floor_matches_the_reference_and_reads_at_any_feature_scale(floor: float) -> None:
+    """With cos_floor the denominators are max(zᵀφ + ε, floor ‖φ‖², cos_floor ‖z‖ ‖φ‖): the read and the
+    write agree with the token-by-token reference in float64 (values and gradients); a query z does not
+    cover reads the same at any scale of its features (at most |A| / (cos_floor ‖z‖)), where the norm
+    floor alone reads louder as the features shrink (A φ / ‖φ‖²: 10 times at 1/10 the scale)."""
+    from memzoo.memories.armt import associative_read
+    mem = plugin(norm_floor=floor, cos_floor=0.3)
+    state, x = random_state(mem, 11, z_scale=0.5), outputs(12)
+    layer = mem.layers[0]
+    got = mem.after_layer(0, x, state)
+    ref_a, ref_z = write_ref(mem, state, x)
+    assert torch.allclose(got["A.0"], ref_a, rtol=1e-10, atol=1e-12) and torch.allclose(got["z.0"], ref_z, rtol=1e-10)
+    h = outputs(13, t=5)
+    read = mem.before_layer(0, h, state)
+    ref = armt_read_reference(h, state["A.0"], state["z.0"], layer.W_Q.weight, NU, EPS, ~state["written"], floor, 0.3)
+    assert torch.allclose(read, ref, rtol=1e-10, atol=1e-12)
+    grads = torch.autograd.grad((read * ref.detach().sin()).sum() + (got["A.0"] * ref_a.detach().cos()).sum(),
+                                [state["A.0"], state["z.0"], x, h])
+    grads_ref = torch.autograd.grad((ref * ref.detach().sin()).sum() + (ref_a * ref_a.detach().cos()).sum(),
+                                    [state["A.0"], state["z.0"], x, h])
+    for g, r in zip(grads, grads_ref):
+        assert torch.allclose(g, r, rtol=1e-8, atol=1e-10)
+    half = D_KEY // 2  # a query on the features z does not hold
+    z = torch.zeros(1, D_KEY, dtype=torch.float64)
+    z[:, :half] = 1.0
+    A = torch.randn(1, D_KEY, D, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    phi = torch.zeros(1, 1, D_KEY, dtype=torch.float64)
+    phi[..., half:] = 0.5
+    big, small = associative_read(phi * 1e-1, A, z, EPS, floor, 0.3), associative_read(phi * 1e-3, A, z, EPS, floor, 0.3)
+    assert torch.allclose(big, small, rtol=1e-9)
+    assert float(big.norm()) <= float(torch.linalg.matrix_norm(A[0], 2)) / (0.3 * float(z.norm())) * (1 + 1e-12)
+    if floor:
+        loud = associative_read(phi * 1e-2, A, z, EPS, floor) / associative_read(phi * 1e-1, A, z, EPS, floor)
+        assert torch.allclose(loud, torch.full_like(loud, 10.0), rtol=1e-9)
+    with pytest.raises(ValueError, match="cos_floor=-0.1"):
+        plugin(cos_floor=-0.1)
 
 
 def test_gamma_is_clipped_to_zero_and_one() -> None:

@@ -63,6 +63,11 @@ class ARMTConfig:
     # authors' bare zᵀφ + ε). A written key always has zᵀk >= ‖k‖², so 1 never binds at a written key;
     # it stops the 1/ε blow-up of a query whose features z does not cover (zᵀφ = 0 exactly under DPFP).
     norm_floor: float = 1.0
+    # Not in the paper: every ratio's denominator is also at least cos_floor x ‖z‖ ‖φ‖ (0 = off), i.e. a
+    # query is read as if at least cos_floor-aligned with z. A read whose features z does not cover is
+    # otherwise A φ / ‖φ‖², loud as 1/‖φ‖ for small features; this caps it at |A| / (cos_floor ‖z‖) whatever
+    # the features' scale. It binds at a written key only where cos(z, k) < cos_floor.
+    cos_floor: float = 0.0
     # Not in the paper: "rms" writes from the memory tokens' outputs scaled to unit RMS per token (no
     # learned gain), so k and v no longer grow with what the read added to the residual stream: the
     # read -> write loop through the memory tokens has no gain in scale. "rms-kv": k and v from the
@@ -116,20 +121,24 @@ class AssociativeLayer(nn.Module):
                 self.W_V.weight.zero_()  # the memory starts silent
 
 
-def denominator(phi: Tensor, z: Tensor, eps: float, floor: float) -> Tensor:
-    """max(zᵀ φ + ε, floor · ‖φ‖²) per position. phi: [B, T, d_key], z: [B, d_key] -> [B, T, 1]."""
+def denominator(phi: Tensor, z: Tensor, eps: float, floor: float, cos_floor: float = 0.0) -> Tensor:
+    """max(zᵀ φ + ε, floor · ‖φ‖², cos_floor · ‖z‖ ‖φ‖) per position. phi: [B, T, d_key], z: [B, d_key] -> [B, T, 1]."""
     den = einsum(phi, z, "b t k, b k -> b t")[..., None] + eps  # one scalar per position
-    return torch.maximum(den, floor * phi.square().sum(-1, keepdim=True)) if floor > 0 else den
+    if floor > 0:
+        den = torch.maximum(den, floor * phi.square().sum(-1, keepdim=True))
+    if cos_floor > 0:
+        den = torch.maximum(den, cos_floor * z.norm(dim=-1)[:, None, None] * phi.norm(dim=-1, keepdim=True))
+    return den
 
 
-def associative_read(phi_q: Tensor, A: Tensor, z: Tensor, eps: float, floor: float = 0.0) -> Tensor:
-    """A φ(q) / max(zᵀ φ(q) + ε, floor ‖φ(q)‖²). phi_q: [B, T, d_key], A: [B, d_key, d_model], z: [B, d_key] -> [B, T, d_model]."""
+def associative_read(phi_q: Tensor, A: Tensor, z: Tensor, eps: float, floor: float = 0.0, cos_floor: float = 0.0) -> Tensor:
+    """A φ(q) / `denominator`. phi_q: [B, T, d_key], A: [B, d_key, d_model], z: [B, d_key] -> [B, T, d_model]."""
     num = einsum(phi_q, A, "b t k, b k d -> b t d")
-    return num / denominator(phi_q, z, eps, floor)
+    return num / denominator(phi_q, z, eps, floor, cos_floor)
 
 
 def associative_write(A: Tensor, z: Tensor, k: Tensor, v: Tensor, beta: Tensor, empty: Tensor,
-                      eps: float, floor: float = 0.0) -> tuple[Tensor, Tensor]:
+                      eps: float, floor: float = 0.0, cos_floor: float = 0.0) -> tuple[Tensor, Tensor]:
     """Eqs. 1–3 for all m tokens at once from the same A, z.
 
     A: [B, d_key, d_model], z: [B, d_key], k = φ(W_K m): [B, m, d_key], v = W_V m: [B, m, d_model],
@@ -137,7 +146,7 @@ def associative_write(A: Tensor, z: Tensor, k: Tensor, v: Tensor, beta: Tensor, 
     (`denominator`); γ keeps the paper's bare zᵀk + ε. Returns (A', z').
     """
     zk = einsum(k, z, "b m k, b k -> b m")[..., None]  # [B, m, 1] zᵀ k_i
-    v_bar = einsum(k, A, "b m k, b k d -> b m d") / denominator(k, z, eps, floor)  # [B, m, d_model]
+    v_bar = einsum(k, A, "b m k, b k d -> b m d") / denominator(k, z, eps, floor, cos_floor)  # [B, m, d_model]
     gamma = (1 - (zk + eps) / (k.square().sum(-1, keepdim=True) + eps)).clamp(0.0, 1.0).detach()  # [B, m, 1]
     rows = empty[:, None, None]  # [B, 1, 1]
     v_bar = torch.where(rows, torch.zeros_like(v_bar), v_bar)
@@ -152,7 +161,7 @@ class AssociativeRecurrentMemory(ModelMemory):
     """[tokens; memory tokens] through the decoder; each layer reads A, z at its input and writes them from its output."""
 
     gradient_through_state = True
-    legacy_options = {"write_norm": "none"}  # folders saved before the option were the paper's write
+    legacy_options = {"write_norm": "none", "cos_floor": 0.0}  # folders saved before the options: the paper's write, no cos floor
 
     def __init__(self, cfg: ARMTConfig, model: ModelConfig):
         super().__init__(cfg, model)
@@ -163,10 +172,13 @@ class AssociativeRecurrentMemory(ModelMemory):
             raise ValueError(f"armt eps={cfg.eps}; expected > 0 (it keeps the empty and zero-key ratios finite)")
         if not cfg.norm_floor >= 0:
             raise ValueError(f"armt norm_floor={cfg.norm_floor}; expected >= 0 (0 = the paper's bare denominator)")
+        if not cfg.cos_floor >= 0:
+            raise ValueError(f"armt cos_floor={cfg.cos_floor}; expected >= 0 (0 = off, the paper)")
         if cfg.write_norm not in WRITE_NORMS:
             raise ValueError(f"armt write_norm={cfg.write_norm!r}; expected one of {WRITE_NORMS} ('none' = the paper)")
         self.write_norm = cfg.write_norm
         self.m, self.nu, self.eps, self.floor = int(cfg.n_mem_tokens), int(cfg.nu), float(cfg.eps), float(cfg.norm_floor)
+        self.cos_floor = float(cfg.cos_floor)
         self.d_key = 2 * self.nu * int(cfg.d_mem)
         d = model.d_model
         self.mem_tokens = nn.Parameter(torch.randn(self.m, d) * cfg.init_std)  # M [m, d_model]
@@ -205,7 +217,7 @@ class AssociativeRecurrentMemory(ModelMemory):
             h = x.to(self.working_dtype(x))
             phi_q = dpfp(F.linear(h, layer.W_Q.weight.to(h.dtype)), self.nu)  # [B, N', d_key]
             A, z = state[f"A.{index}"].to(h.dtype), state[f"z.{index}"].to(h.dtype)
-            read = associative_read(phi_q, A, z, self.eps, self.floor)  # [B, N', d]
+            read = associative_read(phi_q, A, z, self.eps, self.floor, self.cos_floor)  # [B, N', d]
             read = torch.where(written[:, None, None], read, torch.zeros_like(read))
         return x + read.to(x.dtype)
 
@@ -222,8 +234,9 @@ class AssociativeRecurrentMemory(ModelMemory):
             beta = torch.sigmoid(F.linear(beta_in, w(layer.W_beta), layer.W_beta.bias.to(mem.dtype)))  # [B, m, 1]
             A, z = state[f"A.{index}"].to(mem.dtype), state[f"z.{index}"].to(mem.dtype)
             empty = ~state["written"]  # [B]
-            probe("armt.write", layer=index, A=A, z=z, k=k, v=v, beta=beta, empty=empty, eps=self.eps, floor=self.floor)
-            A, z = associative_write(A, z, k, v, beta, empty, self.eps, self.floor)
+            probe("armt.write", layer=index, A=A, z=z, k=k, v=v, beta=beta, empty=empty, eps=self.eps, floor=self.floor,
+                  cos_floor=self.cos_floor)
+            A, z = associative_write(A, z, k, v, beta, empty, self.eps, self.floor, self.cos_floor)
         return {**state, f"A.{index}": A, f"z.{index}": z}
 
     def leave(self, h: Tensor, state: State) -> State:

@@ -138,8 +138,9 @@ def dpfp_reference(x: Tensor, nu: int) -> Tensor:
 
 
 def armt_read_reference(h: Tensor, A: Tensor, z: Tensor, W_Q: Tensor, nu: int, eps: float, empty: Tensor,
-                        floor: float = 0.0) -> Tensor:
-    """ARMT's read at a layer's input, position by position: h_t + A φ / max(zᵀ φ + ε, floor ‖φ‖²), φ = φ(W_Q h_t).
+                        floor: float = 0.0, cos_floor: float = 0.0) -> Tensor:
+    """ARMT's read at a layer's input, position by position: h_t + A φ / max(zᵀ φ + ε, floor ‖φ‖², cos_floor ‖z‖ ‖φ‖),
+    φ = φ(W_Q h_t).
 
     h [B, T, d]; A [B, d_key, d] (stored as Aᵀ of the paper's d × d_key matrix); z [B, d_key];
     W_Q [d_mem, d]; empty [B] bool: such a row reads nothing (h unchanged).
@@ -153,19 +154,20 @@ def armt_read_reference(h: Tensor, A: Tensor, z: Tensor, W_Q: Tensor, nu: int, e
         out = []
         for t in range(h.shape[1]):
             q = dpfp_reference(W_Q @ h[b, t], nu)
-            out.append(h[b, t] + (A_paper @ q) / max(z[b] @ q + eps, floor * (q @ q)))
+            den = max(z[b] @ q + eps, floor * (q @ q), cos_floor * torch.sqrt(z[b] @ z[b]) * torch.sqrt(q @ q))
+            out.append(h[b, t] + (A_paper @ q) / den)
         rows.append(torch.stack(out))
     return torch.stack(rows)
 
 
 def armt_write_reference(A: Tensor, z: Tensor, mem: Tensor, W_K: Tensor, W_V: Tensor, w_beta: Tensor, b_beta: Tensor,
                          nu: int, eps: float, empty: Tensor, floor: float = 0.0,
-                         write_norm: str = "none") -> tuple[Tensor, Tensor]:
+                         write_norm: str = "none", cos_floor: float = 0.0) -> tuple[Tensor, Tensor]:
     """ARMT's write (Eqs. 1–3) from the memory tokens' outputs mem [B, m, d], token by token, every
     token reading the same A, z from before the write (the paper's sum; the authors' code):
 
         k_i = φ(W_K m_i), v_i = W_V m_i, β_i = sigmoid(w_β · m_i + b_β)
-        v̄_i = A k_i / max(zᵀ k_i + ε, floor ‖k_i‖²)   (0 for an empty row)
+        v̄_i = A k_i / max(zᵀ k_i + ε, floor ‖k_i‖², cos_floor ‖z‖ ‖k_i‖)   (0 for an empty row)
         γ_i = clip(1 − (zᵀ k_i + ε) / (‖k_i‖² + ε), 0, 1), a constant (1 for an empty row)
         A ← A + Σ_i β_i (v_i − v̄_i) k_iᵀ,   z ← z + Σ_i γ_i k_i
 
@@ -187,7 +189,7 @@ def armt_write_reference(A: Tensor, z: Tensor, mem: Tensor, W_K: Tensor, W_V: Te
             if bool(empty[b]):
                 v_bar, gamma = torch.zeros_like(v), 1.0
             else:
-                v_bar = (A_paper @ k) / max(zb @ k + eps, floor * (k @ k))
+                v_bar = (A_paper @ k) / max(zb @ k + eps, floor * (k @ k), cos_floor * torch.sqrt(zb @ zb) * torch.sqrt(k @ k))
                 gamma = min(max(1 - float(((zb @ k + eps) / (k @ k + eps)).detach()), 0.0), 1.0)  # a number: no gradient
             dA = dA + beta * torch.outer(v - v_bar, k)
             dz = dz + gamma * k

@@ -45,6 +45,10 @@ class Card:
     choices: list[str] = field(default_factory=list)
     footprint_note: str = ""
     reference_results: list[str] = field(default_factory=list)
+    # Where rounding alone decides the result: what a 1e-7 relative nudge of the initial weights (or 1
+    # against 2 threads) moved the quick suite's valid bpb by, when above 0.01 (experiments/precision/
+    # sensitivity.py), and why. Empty: within 0.01, or not measured. Reports and frozen references name these methods.
+    rounding_sensitivity: str = ""
 
     @property
     def citation(self) -> str:
@@ -101,6 +105,12 @@ def load_cards() -> dict[str, Card]:
         card = Card(**raw)
         cards[card.name] = card
     return cards
+
+
+def rounding_sensitive(methods: list[str]) -> list[str]:
+    """The methods among `methods` whose card marks their result as decided by rounding."""
+    cards = load_cards()
+    return sorted(m for m in set(methods) if m in cards and cards[m].rounding_sensitivity)
 
 
 def get_card(name: str) -> Card:

@@ -23,6 +23,7 @@ from memzoo.core.config import ConfigError
 from memzoo.running.backbones import is_shipped
 from memzoo.running.configure import saved_run_config
 from memzoo.running.curriculum import config_hash
+from memzoo.suites.catalog import rounding_sensitive
 from memzoo.suites.compare import expand, load_suite
 
 SHIPPED_SUITES = ("quick", "capacity-top", "distance")
@@ -114,6 +115,9 @@ def freeze(results: Path, suite: str, out_dir: Optional[Path] = None, add: bool 
         "seeds": sorted(int(s) for s in shipped["seed"].unique()),
         HOURS: hours,
     }
+    marked = rounding_sensitive(shipped["method"].unique().tolist())
+    if marked:  # methods whose result rounding decides (their cards say by how much)
+        index[suite]["rounding_sensitive"] = marked
     (out / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     return Frozen(len(shipped), refused)
 

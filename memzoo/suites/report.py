@@ -26,6 +26,7 @@ from memzoo.analysis.longrange import (PASSKEY_INTERVAL, accuracy_by_key_segment
                                        lm_before_after, passkey_length_curves, recall_generalisation)
 from memzoo.analysis.stats import BOOTSTRAP, INTERVAL, PAIRED_TEST, UNPAIRED_TEST, t_halfwidth
 from memzoo.running.evaluations import evaluations
+from memzoo.suites.catalog import rounding_sensitive
 
 FIGURES = {
     "gain": "Headline: state (numbers per sequence, log) against the difference from local in valid bits per byte, "
@@ -358,6 +359,11 @@ def write_report(results_dir: str | Path, figures: bool = True) -> tuple[Path, P
             kinds = sorted(df["backbone_init"].fillna("shared").unique().tolist())
             notes.append(f"backbone initialisation: {', '.join(kinds)} (split: every method at a seed starts from the "
                          "same backbone weights; shared: a memory's parameters shifted the backbone's draws).")
+        marked = rounding_sensitive(df["method"].unique().tolist())
+        if marked:
+            notes.append(f"rounding-sensitive: {', '.join(marked)}: a 1e-7 nudge of the initial weights moves one "
+                         "quick run by more than 0.01 bits per byte (the card's rounding_sensitivity says how much "
+                         "and why); read their seeds' spread, not one seed.")
         gain = gain_display(df)
         sections.insert(0, ("Summary (differences paired by seed)", summary_display(df)))
         if not gain.empty:

@@ -25,18 +25,23 @@ from memzoo.suites.progress import SuiteProgress
 from memzoo.suites.stages import is_finished, longrange_configs, stages_signature
 from memzoo.suites.suite_plugins import import_plugins
 from memzoo.suites.table import write_table
+from memzoo.suites.threads import Claim, suite_threads
 
 
 def worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imports: list[str],
-            longrange: list[dict[str, Any]]) -> dict[str, Any]:
+           longrange: list[dict[str, Any]], share: Optional[tuple[int, int]] = None) -> dict[str, Any]:
     """Every stage of one run in this (fresh) process: pretraining (if any), training or the
     fine-tuning stages in order, long-range evaluations. Each stage resumes or is skipped when
     already done; a stale one is moved aside and trained again (memzoo.running.curriculum). Progress goes
-    to run_dir/progress.json."""
+    to run_dir/progress.json. `share` = (jobs, suite pid): threads sized again now, at most `threads`
+    (a suite started since is counted; memzoo.suites.threads)."""
     import torch
 
     from memzoo.running.train import train
 
+    if share is not None:
+        threads = min(threads, suite_threads(share[0], suite_pid=share[1], warn=False, count_load=False))
+        longrange = [{**lr, "threads": threads} for lr in longrange]
     if threads:
         torch.set_num_threads(threads)
     import_plugins(imports)
@@ -131,7 +136,16 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
                             lambda s: is_finished(s, stages_signature(longrange)), lambda s: write_table(root, specs),
                             wait=wait, progress=progress)
         return _finish(root, specs, failures)
-    threads = suite.threads_per_job or max(1, (os.cpu_count() or 1) // jobs)
+    with Claim(jobs):  # other suites started meanwhile count this one's workers (memzoo.suites.threads)
+        return _run_local(suite, root, specs, todo, backbones, longrange, jobs, progress)
+
+
+def _run_local(suite: DictConfig, root: Path, specs: list[RunSpec], todo: list[RunSpec], backbones: list[RunSpec],
+               longrange: list[dict[str, Any]], jobs: int, progress: bool) -> pd.DataFrame:
+    """`run_suite`'s local worker processes; threads per worker: suite.threads_per_job, or a share of
+    the cores that other suites and programs leave free."""
+    threads = suite.threads_per_job or suite_threads(jobs, warn=progress)
+    share = None if suite.threads_per_job else (jobs, os.getpid())
     if backbones:  # first, one at a time, with every worker's threads: every run starts from them
         with cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as one:
             for spec in backbones:
@@ -145,7 +159,7 @@ def run_suite(suite: DictConfig, jobs: Optional[int] = None, progress: bool = Tr
     ctx = multiprocessing.get_context("spawn")
     pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1)
     try:
-        futures = {pool.submit(worker, *worker_args(s, suite, threads, longrange)): s for s in todo}
+        futures = {pool.submit(worker, *worker_args(s, suite, threads, longrange), share): s for s in todo}
         pending = set(futures)
         finished_steps = done_steps
         while pending:

@@ -26,7 +26,7 @@ class SuiteConfig:
     token_budget: Optional[int] = None  # training bytes per run, the same for every method (sets train.steps)
     imports: list[str] = field(default_factory=list)  # modules or .py files to import first (notebook plugins)
     jobs: int = 1  # worker processes
-    threads_per_job: int = 0  # torch threads per worker; 0 = cores // jobs
+    threads_per_job: int = 0  # torch threads per worker; 0 = the usable cores that other suites leave, // jobs
     max_param_spread: float = 0.10  # (max - min) / min of the parameter counts across runs
     out_dir: str = "results"  # the suite's folder is out_dir/name
     # Optional fine-tuning after pretraining: run-config overrides (one stage, e.g. on the passkey
