@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
@@ -87,6 +88,6 @@ def ship_backbone(run_dir: Path, name: str, cost: str, dest: Optional[Path] = No
     index[name] = {"file": f"{name}.pt", "model_hash": backbone_hash(cfg.model), "model": backbone_config(cfg.model),
                    "method": str(cfg.memory.name), "seed": int(cfg.seed), "steps": int(ckpt["step"]),
                    "batch_size": int(cfg.train.batch_size), "window_segments": int(cfg.train.window_segments),
-                   "data": str(cfg.data.source), "cost": cost}
+                   "data": str(cfg.data.source), "python": platform.python_version(), "cost": cost}
     (dest / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     return dest / f"{name}.pt"
