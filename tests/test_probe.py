@@ -11,7 +11,7 @@ from memzoo.core.probe import probe, recording
 B, S, N = 2, 3, 8
 # method (options) -> the probe it shows and the values each call carries
 PROBED = {
-    "armt": ("armt.write", {"layer", "A", "z", "k", "v", "beta", "empty", "eps", "floor"}),
+    "armt": ("armt.write", {"layer", "A", "z", "k", "v", "beta", "empty", "eps", "floor", "cos_floor"}),
     "deltanet": ("gated-deltanet.recurrence", {"layer", "q", "k", "v", "g", "beta", "s0", "reset", "state", "chunk_size"}),
     "gated-deltanet": ("gated-deltanet.recurrence", {"layer", "q", "k", "v", "g", "beta", "s0", "reset", "state", "chunk_size"}),
     "infini-linear": ("infini.memory", {"layer", "sq", "sk", "v", "read"}),

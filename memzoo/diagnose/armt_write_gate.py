@@ -44,7 +44,7 @@ def recorded_writes() -> Iterator[list[tuple[Tensor, Tensor, Tensor, Tensor]]]:
 
     def listen(name: str, w: dict[str, Any]) -> None:
         kd, bd = w["k"].detach().double(), w["beta"].detach().double()  # [B, m, d_key], [B, m, 1]
-        gain = delta_gain(kd, w["z"].detach().double(), bd, w["eps"], w["floor"])
+        gain = delta_gain(kd, w["z"].detach().double(), bd, w["eps"], w["floor"], w.get("cos_floor", 0.0))
         gain[w["empty"].cpu()] = float("nan")
         calls.append((bd[..., 0], kd.norm(dim=-1), w["v"].detach().double().norm(dim=-1), gain))
 
@@ -52,10 +52,10 @@ def recorded_writes() -> Iterator[list[tuple[Tensor, Tensor, Tensor, Tensor]]]:
         yield calls
 
 
-def delta_gain(k: Tensor, z: Tensor, beta: Tensor, eps: float, floor: float) -> Tensor:
+def delta_gain(k: Tensor, z: Tensor, beta: Tensor, eps: float, floor: float, cos_floor: float = 0.0) -> Tensor:
     """The largest eigenvalue of Σ_i β_i k_i k_iᵀ / den_i per row (NaN where not finite).
     k: [B, m, d_key], z: [B, d_key], beta: [B, m, 1] -> [B]."""
-    scale = beta / armt.denominator(k, z, eps, floor)  # [B, m, 1] β_i / den_i
+    scale = beta / armt.denominator(k, z, eps, floor, cos_floor)  # [B, m, 1] β_i / den_i (the write's own denominators)
     gram = torch.einsum("bmk,bml->bkl", k * scale, k)  # [B, d_key, d_key]
     finite = gram.flatten(1).isfinite().all(-1)  # [B]
     gain = torch.full(finite.shape, float("nan"), dtype=torch.float64)
