@@ -161,6 +161,16 @@ def _empty(batch_size: int, s: int, n: int) -> dict[str, Tensor]:
     }
 
 
+def training_documents(docs: list[Document], segment_len: int) -> tuple[list[Tensor], Tensor]:
+    """Each document's bytes as a tensor and its segment count (float64, the sampling weights); a corpus
+    with no segment to train on is refused."""
+    tensors = [torch.frombuffer(bytearray(d.data), dtype=torch.uint8).long() for d in docs]
+    nseg = torch.tensor([num_segments(len(d.data), segment_len) for d in docs], dtype=torch.float64)
+    if float(nseg.sum()) == 0:
+        raise ConfigError(f"no training document is longer than one byte at segment_len={segment_len}")
+    return tensors, nseg
+
+
 class WindowSampler:
     """Training windows of S segments per row, deterministic in (seed, step) so resuming is exact.
 
@@ -172,10 +182,7 @@ class WindowSampler:
     def __init__(self, docs: list[Document], segment_len: int, seed: int):
         self.n = segment_len
         self.seed = seed
-        self.docs = [torch.frombuffer(bytearray(d.data), dtype=torch.uint8).long() for d in docs]
-        self.nseg = torch.tensor([num_segments(len(d.data), segment_len) for d in docs], dtype=torch.float64)
-        if float(self.nseg.sum()) == 0:
-            raise ConfigError(f"no training document is longer than one byte at segment_len={segment_len}")
+        self.docs, self.nseg = training_documents(docs, segment_len)
 
     def sample(self, step: int, batch_size: int, window_segments: int) -> Batch:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
@@ -210,10 +217,7 @@ class StreamSampler:
         if max_doc_segments is not None and max_doc_segments < 1:
             raise ConfigError(f"train.max_doc_segments={max_doc_segments}; expected a positive number of segments or null")
         self.n, self.seed, self.cap = segment_len, seed, max_doc_segments
-        self.docs = [torch.frombuffer(bytearray(d.data), dtype=torch.uint8).long() for d in docs]
-        self.nseg = torch.tensor([num_segments(len(d.data), segment_len) for d in docs], dtype=torch.float64)
-        if float(self.nseg.sum()) == 0:
-            raise ConfigError(f"no training document is longer than one byte at segment_len={segment_len}")
+        self.docs, self.nseg = training_documents(docs, segment_len)
         self._cursor: dict[int, tuple[int, int, int, int]] = {}  # row -> (k, doc, first segment of doc k, its length)
 
     def _document(self, row: int, k: int) -> tuple[int, int]:
