@@ -66,7 +66,12 @@ def setup(device: torch.device) -> tuple[DistInfo, torch.device]:
 
 
 def teardown(info: DistInfo) -> None:
+    """Leave the process group together: every rank waits at a barrier (rank 0 evaluates and writes
+    the result first), then all destroy it. A rank that destroyed its gloo group and exited while
+    its peer still held the connection was seen to abort at exit (SIGABRT, "terminate called
+    without an active exception"), failing a finished run."""
     if info.enabled and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
