@@ -209,3 +209,36 @@ def test_task_blocks_align_to_the_answer(align_end: bool, reached: set) -> None:
     per_segment = torch.cat([g.abs().sum(dim=(0, 2, 3)) for g in grads])
     assert per_segment.numel() == s
     assert {i for i in range(s) if per_segment[i] > 0} == reached
+
+
+
+def test_evaluations_during_training_are_kept_by_segment_and_survive_a_resume(tmp_path: Path) -> None:
+    """train.eval_every writes one evals.jsonl row per evaluation: bits per byte by segment equal to
+    evaluating that step's checkpoint; a run resumed from an earlier checkpoint drops the rows it
+    repeats instead of keeping both."""
+    from memzoo.running.configure import build_model
+    from memzoo.running.evaluate import evaluate_run
+
+    cfg = config(tmp_path, "xl", "name=curve", "train.eval_every=2", "train.checkpoint_every=1")
+    run, seen = tmp_path / "curve", {}
+
+    def check_then_crash(step: int) -> None:
+        if step == 4:  # the step's checkpoint and its evaluation row are both written by now
+            model = build_model(cfg)
+            model.load_state_dict(load_checkpoint(run)["model"])
+            seen["ev"] = evaluate_run(cfg, model.eval(), progress=False)
+        if step == 5:
+            raise Interrupt()
+
+    with pytest.raises(Interrupt):
+        train(cfg, on_step=check_then_crash, progress=False, evaluate_at_end=False)
+    first = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in first] == [2, 4]
+    assert first[1]["bpb_by_segment"] == pytest.approx(seen["ev"]["bpb_by_segment"], rel=1e-9)
+    assert first[1]["tokens_by_segment"] == seen["ev"]["tokens_by_segment"]
+    assert first[0]["bpb_by_segment"] != first[1]["bpb_by_segment"]  # the rows follow training
+    with open(run / "evals.jsonl", "a") as f:  # a row past the kept checkpoint (step 5): must go
+        f.write(json.dumps({**first[1], "step": 6}) + "\n")
+    train(cfg, progress=False, evaluate_at_end=False)
+    rows = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()]
+    assert rows == first  # step 6 is the last: its evaluation is the result's, not a row

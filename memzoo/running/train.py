@@ -8,6 +8,7 @@ at the end, `eval-valid.json` and `result.json`.
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -136,6 +137,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     if mix > 0:  # (1 - f) x task loss + f x corpus loss (memzoo.running.mixing)
         corpus = corpus_batches(cfg)
     tracker = make_tracker(cfg, run_dir, rank, start_step=step)  # metrics.jsonl (rows past `step` dropped) + log.tracker
+    if rank.is_main:
+        drop_evaluations_after(run_dir, step)
     tracker.config({**OmegaConf.to_container(cfg, resolve=True), "resolved": precision_columns(cfg, model)})
     bar = tqdm(total=tc.steps, initial=step, desc=f"train {cfg.name}", disable=not progress or not rank.is_main,
                dynamic_ncols=True)
@@ -198,6 +201,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
                 if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps:
                     ev = evaluate_run(cfg, model, progress=False)
                     tracker.log(step, {"valid_bpb": ev["bpb"]})
+                    log_evaluation(run_dir, step, ev)
                     model.train()
             if on_step is not None:
                 on_step(step)
@@ -224,6 +228,27 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         tracker.close()
     dist.teardown(rank)
     return run_dir
+
+
+EVALS_FILE = "evals.jsonl"
+
+
+def log_evaluation(run_dir: Path, step: int, ev: dict[str, Any]) -> None:
+    """One row of `evals.jsonl` per `train.eval_every` evaluation, by segment index, so that a
+    difference between methods on segments >= 1 can be read against training steps (a curve from one
+    run instead of one run per budget). A resumed run drops the rows after its checkpoint."""
+    row = {"step": step, "split": ev["split"], "bpb": ev["bpb"], "bpb_by_segment": ev["bpb_by_segment"],
+           "tokens_by_segment": ev["tokens_by_segment"]}
+    with open(run_dir / EVALS_FILE, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def drop_evaluations_after(run_dir: Path, step: int) -> None:
+    """Keep the `evals.jsonl` rows of steps <= `step` (a resumed run repeats what came after)."""
+    path = run_dir / EVALS_FILE
+    if path.is_file():
+        rows = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        path.write_text("".join(r + "\n" for r in rows))
 
 
 SUMMARY_KEYS = ("valid_bpb", "test_bpb", "train_bpb", "recall_accuracy", "recall_accuracy_reset", "recall_accuracy_within")
