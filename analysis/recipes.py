@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -110,13 +110,38 @@ def _bootstrap_vs_local(df: pd.DataFrame, runs: pd.DataFrame, units: str, weight
     return bootstrap_versus(runs, local, units, weights)
 
 
-def _bits_after(row: pd.Series, first: int) -> tuple[float, float]:
-    """(bits, tokens) of a run's evaluation over segments >= first (token-weighted; equal weights
-    when the row predates tokens_by_segment)."""
+def _bits_after(row: pd.Series, first: int, last: Optional[int] = None) -> tuple[float, float]:
+    """(bits, tokens) of a run's evaluation over segments first..last (inclusive; to the end when last is
+    None), token-weighted; equal weights when the row predates tokens_by_segment."""
     bpb = np.asarray(row["bpb_by_segment"], dtype=float)
     tokens = row.get("tokens_by_segment")
     w = np.asarray(tokens, dtype=float) if isinstance(tokens, (list, tuple, np.ndarray)) else np.ones_like(bpb)
-    return float((bpb[first:] * w[first:]).sum()), float(w[first:].sum())
+    end = None if last is None else last + 1
+    return float((bpb[first:end] * w[first:end]).sum()), float(w[first:end].sum())
+
+
+def range_differences(df: pd.DataFrame, ranges: dict[str, tuple[int, Optional[int]]],
+                      keys: Sequence[str] = ("method",)) -> pd.DataFrame:
+    """Per group of `keys` (method, and e.g. training step) and per named range of segment indices
+    (first, last inclusive; last None: to the end): the token-weighted bits per byte over the range and
+    its difference from `local` in the same group less method, paired by seed (mean, 95% t half-width,
+    p, seeds). Where a method is read past the length it was trained at, compare its ranges."""
+    keys = list(keys)
+    rest = [k for k in keys if k != "method"]
+    rows = []
+    for name, (first, last) in ranges.items():
+        bpb = [b / t if t > 0 else float("nan") for b, t in (_bits_after(r, first, last) for _, r in df.iterrows())]
+        data = df.assign(bpb_range=bpb)
+        for key, sub in data.groupby(keys, sort=True):
+            row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+            local = data[data["method"] == REFERENCE]
+            for k in rest:
+                local = local[local[k] == row[k]]
+            d = paired_differences(per_seed(sub["bpb_range"], sub["seed"]), per_seed(local["bpb_range"], local["seed"]))
+            mean, half, p = paired_t(d) if row["method"] != REFERENCE else (0.0, 0.0, float("nan"))
+            rows.append({**row, "range": name, "bpb": float(sub["bpb_range"].mean()), "diff_vs_local": mean,
+                         "ci": half, "p": p, "seeds": len(d)})
+    return pd.DataFrame(rows)
 
 
 def memory_gain(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:

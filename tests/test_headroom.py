@@ -66,3 +66,26 @@ def test_headroom_recovered_by_hand_with_the_segment_zero_gain_beside_it() -> No
 def test_no_full_runs_means_no_headroom_table() -> None:
     df = pd.DataFrame(runs("local", [[4.0, 3.0]]) + runs("xl", [[4.0, 2.0]]))
     assert headroom_recovered(df).empty
+
+
+def test_range_differences_by_hand_per_range_and_training_step() -> None:
+    """Token-weighted bits per byte over each named range of segments, and the paired difference from
+    local at the same training step (not another step's local)."""
+    from memzoo.analysis.recipes import range_differences
+
+    rows = []
+    for step, shift in ((100, 0.0), (200, -1.0)):  # at step 200 everything is 1 lower: local too
+        for r in runs("local", [[4.0, 3.0, 3.0, 3.0], [4.0, 3.2, 3.0, 3.0]]) + runs("full", [[4.0, 2.0, 3.5, 3.5], [4.0, 2.4, 3.3, 3.3]]):
+            rows.append({**r, "step": step, "bpb_by_segment": [v + shift for v in r["bpb_by_segment"]],
+                         "tokens_by_segment": [10, 10, 30, 10]})
+    table = range_differences(pd.DataFrame(rows), {"seg0": (0, 0), "near": (1, 1), "far": (2, None), "after": (1, None)},
+                              keys=("method", "step")).set_index(["method", "step", "range"])
+    for step in (100, 200):
+        assert table.loc[("full", step, "seg0"), "diff_vs_local"] == pytest.approx(0.0)
+        assert table.loc[("full", step, "near"), "diff_vs_local"] == pytest.approx(-0.9)  # -1.0 and -0.8
+        assert table.loc[("full", step, "far"), "diff_vs_local"] == pytest.approx(0.4)  # +0.5 and +0.3
+        # segments 1..3 weighted 10, 30, 10: seed 0 (2 + 3 x 3.5 + 3.5 - 3 x 5) / 5 = +0.2; seed 1 (2.4 + 13.2 - 15.2) / 5 = +0.08
+        assert table.loc[("full", step, "after"), "diff_vs_local"] == pytest.approx(0.14)
+        assert table.loc[("full", step, "far"), "seeds"] == 2
+    assert table.loc[("local", 200, "near"), "bpb"] == pytest.approx(2.1)
+    assert table.loc[("full", 100, "far"), "ci"] == pytest.approx(12.706 * 0.1, rel=1e-3)  # sd 0.1414 / sqrt 2 x t(1)

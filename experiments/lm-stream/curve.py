@@ -1,0 +1,81 @@
+"""The full - local curve against fine-tuning steps, from the runs of an `lm-stream` suite.
+
+Every run evaluates every `train.eval_every` steps (evals.jsonl) and at its end (result.json), by
+segment index. Per step, per method and per range of segments, this prints the paired difference from
+`local` over seeds (95% t interval) and writes curve.csv (and curve.png with --plot):
+
+    python experiments/lm-stream/curve.py results/lm-stream --out experiments/lm-stream/stdlib
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from memzoo.analysis.recipes import range_differences
+
+RANGES = {"segment 0": (0, 0), "segments 1-7": (1, 7), "segments 8-31": (8, 31), "segments >= 1": (1, None),
+          "segments 28-31": (28, 31)}
+
+
+def curve_rows(folder: Path) -> pd.DataFrame:
+    """One row per (run, evaluated step): method, seed, step and bits per byte by segment."""
+    rows = []
+    for result in sorted(folder.rglob("result.json")):
+        res = json.loads(result.read_text())
+        run = {"method": res["method"], "seed": res["seed"]}
+        evals = result.parent / "evals.jsonl"
+        for line in evals.read_text().splitlines() if evals.is_file() else []:
+            ev = json.loads(line)
+            rows.append({**run, "step": ev["step"], "bpb_by_segment": ev["bpb_by_segment"],
+                         "tokens_by_segment": ev["tokens_by_segment"]})
+        rows.append({**run, "step": res["train_steps"], "bpb_by_segment": res["bpb_by_segment"],
+                     "tokens_by_segment": res["tokens_by_segment"]})
+    if not rows:
+        raise FileNotFoundError(f"no result.json under {folder}: run `memzoo compare lm-stream` first")
+    return pd.DataFrame(rows)
+
+
+def markdown(table: pd.DataFrame, method: str) -> str:
+    """Steps down, ranges across: `method - local` as mean ± half-width (seeds)."""
+    sub = table[table["method"] == method]
+    cells = sub.assign(cell=[f"{d:+.3f} ± {c:.3f}" if c == c else f"{d:+.3f}" for d, c in zip(sub["diff_vs_local"], sub["ci"])])
+    wide = cells.pivot(index="step", columns="range", values="cell")[list(RANGES)]
+    lines = [f"| step | {' | '.join(wide.columns)} |", "| ---: |" + " ---: |" * len(wide.columns)]
+    lines += [f"| {step} | {' | '.join(row)} |" for step, row in wide.iterrows()]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", type=Path, help="the suite's folder (holding runs/*/result.json)")
+    ap.add_argument("--out", type=Path, help="write curve.csv (and curve.png with --plot) here")
+    ap.add_argument("--plot", action="store_true")
+    args = ap.parse_args()
+    table = range_differences(curve_rows(args.folder), RANGES, keys=("method", "step"))
+    for method in sorted(set(table["method"]) - {"local"}):
+        print(f"\n{method} - local, bits per byte (paired over seeds, 95% t interval):\n")
+        print(markdown(table, method))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out / "curve.csv", index=False)
+        if args.plot:
+            import matplotlib.pyplot as plt
+
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            for (method, rng), sub in table[table["method"] != "local"].groupby(["method", "range"]):
+                if rng in ("segment 0", "segments 1-7", "segments 8-31"):
+                    ax.errorbar(sub["step"], sub["diff_vs_local"], yerr=sub["ci"], capsize=3, label=f"{method}, {rng}")
+            ax.axhline(0, color="grey", lw=0.8)
+            ax.set_xlabel("fine-tuning steps from the backbone")
+            ax.set_ylabel("bits per byte vs local")
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(args.out / "curve.png", dpi=120)
+        print(f"\nwrote {args.out / 'curve.csv'}")
+
+
+if __name__ == "__main__":
+    main()
