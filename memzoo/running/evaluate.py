@@ -46,8 +46,11 @@ def peak_rss_mb() -> float:
 
 @torch.no_grad()
 def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments_per_doc: Optional[int],
-                   precision: str = "fp32", progress: bool = True, desc: str = "eval") -> dict[str, Any]:
-    """Bits per byte of `docs` streamed from their first byte, one segment per call.
+                   precision: str = "fp32", progress: bool = True, desc: str = "eval",
+                   reset_memory: bool = False) -> dict[str, Any]:
+    """Bits per byte of `docs` streamed from their first byte, one segment per call. `reset_memory`:
+    the memory ablation, the state reset before every segment as if each began a document (the
+    model's own weights, no memory), so that what the memory buys is read apart from its weights.
 
     Each step's summed NLL [B] stays on the device until the stream ends (one host sync in all, not one
     per segment, so a GPU is fed ahead); the sums are then added up on the CPU in the order streamed."""
@@ -68,7 +71,7 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
         step_rows.append((batch.seg_index[:, 0].cpu(), batch.doc_index[:, 0].cpu(), batch.mask.sum(dim=(1, 2)).double().cpu()))
         batch = batch.to(device)
         with autocast_context(precision, device):
-            out = model(batch.tokens, state, batch.reset)
+            out = model(batch.tokens, state, torch.ones_like(batch.reset) if reset_memory else batch.reset)
         state = out.state
         step_nll.append((token_nll(out.logits, batch.targets) * batch.mask).sum(dim=(1, 2)).double())  # [B]
     nll_all = torch.cat(step_nll).cpu().split([len(r[0]) for r in step_rows]) if step_nll else []  # the one sync
@@ -113,12 +116,15 @@ def split_docs(cfg: DictConfig, split: str) -> list:
     return docs[: cfg.eval.max_docs] if cfg.eval.max_docs else docs
 
 
-def evaluate_run(cfg: DictConfig, model: MemoryModel, split: Optional[str] = None, progress: bool = True) -> dict[str, Any]:
+def evaluate_run(cfg: DictConfig, model: MemoryModel, split: Optional[str] = None, progress: bool = True,
+                 reset_memory: bool = False) -> dict[str, Any]:
     split = split or cfg.eval.split
     docs = split_docs(cfg, split)
     res = evaluate_model(model, docs, cfg.eval.batch_size, cfg.eval.max_segments_per_doc, cfg.train.precision,
-                         progress, desc=f"eval {cfg.name} ({split})")
+                         progress, desc=f"eval {cfg.name} ({split}{', memory reset' if reset_memory else ''})",
+                         reset_memory=reset_memory)
     res["split"] = split
+    res["reset_memory"] = reset_memory
     res["docs"] = len(docs)
     return res
 
@@ -165,6 +171,8 @@ def _train_tokens(cfg: DictConfig) -> int:
 def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dict[str, Any]) -> dict[str, Any]:
     """eval-SPLIT.json (the full evaluation of that split) and result.json (the run's row in a results table)."""
     run_dir = Path(run_dir)
+    if result.get("reset_memory"):
+        return _write_ablation(run_dir, result)
     (run_dir / f"eval-{result['split']}.json").write_text(json.dumps(result, indent=1))
     mcfg = model_config(cfg)
     spec = get_memory(cfg.memory.name)
@@ -209,4 +217,19 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
     tmp = run_dir / "result.json.tmp"
     tmp.write_text(json.dumps(row, indent=1))
     tmp.replace(run_dir / "result.json")
+    return row
+
+
+def _write_ablation(run_dir: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """The memory ablation's evaluation: eval-SPLIT-reset.json, and its columns merged into the run's
+    existing result.json row (SPLIT_bpb_reset, SPLIT_bpb_by_segment_reset), which keep every other column."""
+    split, path = result["split"], run_dir / "result.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no result.json: evaluate the run itself before its memory ablation")
+    (run_dir / f"eval-{split}-reset.json").write_text(json.dumps(result, indent=1))
+    row = {**json.loads(path.read_text()), f"{split}_bpb_reset": result["bpb"],
+           f"{split}_bpb_by_segment_reset": result["bpb_by_segment"]}
+    tmp = run_dir / "result.json.tmp"
+    tmp.write_text(json.dumps(row, indent=1))
+    tmp.replace(path)
     return row

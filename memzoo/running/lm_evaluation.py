@@ -17,10 +17,12 @@ SPLITS = ("train", "valid", "test")
 
 @dataclass
 class LmEvalConfig:
-    """Which split to evaluate (None: the run's own eval.split)."""
+    """Which split to evaluate (None: the run's own eval.split); reset_memory: the memory ablation
+    (the state reset before every segment), merged into result.json as SPLIT_bpb_reset columns."""
 
     task: str = "lm"
     split: Optional[str] = None
+    reset_memory: bool = False
 
     def __post_init__(self) -> None:
         if self.split is not None and self.split not in SPLITS:
@@ -33,12 +35,13 @@ def evaluate_folder(run_dir: str | Path, cfg: LmEvalConfig, resume: bool = True,
     from memzoo.running.evaluate import evaluate_run, write_result
 
     run_cfg, model = load_run(run_dir, device=None)  # --device, else the run's train.device (eval_device)
-    return [write_result(Path(run_dir), run_cfg, model, evaluate_run(run_cfg, model, split=cfg.split, progress=progress))]
+    return [write_result(Path(run_dir), run_cfg, model, evaluate_run(run_cfg, model, split=cfg.split, progress=progress,
+                                                                     reset_memory=cfg.reset_memory))]
 
 
 def print_summary(result: dict[str, Any]) -> None:
     """A result.json row's headline numbers, one per line, and bpb by segment index."""
-    keys = ["method", "params", "footprint_analytic", "footprint_measured", "valid_bpb", "test_bpb", "tokens_per_s",
+    keys = ["method", "params", "footprint_analytic", "footprint_measured", "valid_bpb", "valid_bpb_reset", "test_bpb", "tokens_per_s",
             "train_tokens_per_s", "peak_rss_mb"]
     for k in keys:
         if k in result and result[k] is not None:
@@ -64,10 +67,12 @@ def _arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("run_dir")
     s.add_argument("--split", default=None, choices=list(SPLITS))
     s.add_argument("--json", action="store_true")
+    s.add_argument("--reset-memory", action="store_true",
+                   help="the memory ablation: reset the state before every segment (result.json gets SPLIT_bpb_reset)")
 
 
 register_evaluation(Evaluation(
     "lm", LmEvalConfig, evaluate_folder,
-    Command("evaluate a run folder", _arguments, lambda args: {"split": args.split}, dict, [], "",
+    Command("evaluate a run folder", _arguments, lambda args: {"split": args.split, "reset_memory": args.reset_memory}, dict, [], "",
             print_rows=_print_rows, name="eval"),
     columns=table_columns, in_suite=False))

@@ -1,0 +1,49 @@
+"""The memory ablation (`memzoo eval RUN --reset-memory`): the state reset before every segment, so
+that what a memory buys is read apart from the weights it trained. `full` with its cache reset is
+`local` with full's weights, segment by segment; `local` has nothing to reset."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from memzoo.running.checkpoints import load_checkpoint, load_run
+from memzoo.running.configure import build_model
+from memzoo.running.evaluate import evaluate_run
+from memzoo.cli import main
+from memzoo.running.lm_evaluation import LmEvalConfig, evaluate_folder
+from memzoo.running.train import train
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_train import config  # noqa: E402  (the small training config every training test uses)
+
+
+def test_full_with_its_cache_reset_is_local_with_fulls_weights(tmp_path: Path) -> None:
+    run = train(config(tmp_path, "full", "name=full", "train.steps=3"), progress=False)
+    before = json.loads((run / "result.json").read_text())
+    main(["eval", str(run), "--reset-memory"])  # the command a user types
+    row = json.loads((run / "result.json").read_text())
+    assert {k: v for k, v in row.items() if not k.startswith("valid_bpb_reset") and k != "valid_bpb_by_segment_reset"} == before
+    cfg, _ = load_run(run)
+    as_local = build_model(config(tmp_path, "local", "name=local", "train.steps=3"))
+    as_local.load_state_dict(load_checkpoint(run)["model"])  # full has no parameter of its own
+    plain = evaluate_run(cfg, as_local.eval(), progress=False)
+    assert row["valid_bpb_by_segment_reset"] == pytest.approx(plain["bpb_by_segment"], rel=1e-6, abs=0)
+    assert row["valid_bpb_by_segment_reset"][0] == pytest.approx(before["bpb_by_segment"][0], rel=1e-6)
+    later = zip(row["valid_bpb_by_segment_reset"][1:], before["bpb_by_segment"][1:])
+    assert any(abs(a - b) > 1e-4 for a, b in later), "with its cache full must read the segments before"
+
+
+def test_local_has_nothing_to_reset(tmp_path: Path) -> None:
+    run = train(config(tmp_path, "local", "name=local", "train.steps=2"), progress=False)
+    row = evaluate_folder(run, LmEvalConfig(reset_memory=True), progress=False)[0]
+    assert row["valid_bpb_by_segment_reset"] == pytest.approx(row["bpb_by_segment"], rel=1e-9)
+    assert (run / "eval-valid-reset.json").is_file()
+
+
+def test_the_ablation_needs_the_runs_own_evaluation_first(tmp_path: Path) -> None:
+    run = train(config(tmp_path, "xl", "name=xl", "train.steps=2"), progress=False, evaluate_at_end=False)
+    with pytest.raises(FileNotFoundError, match="has no result.json"):
+        evaluate_folder(run, LmEvalConfig(reset_memory=True), progress=False)
