@@ -173,6 +173,26 @@ def memory_gain(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
     return out.sort_values("diff_after_vs_local", na_position="first").reset_index(drop=True) if not out.empty else out
 
 
+
+def memory_ablation(df: pd.DataFrame, first_segment: int = 1, split: str = "valid") -> pd.DataFrame:
+    """Per method: what its memory buys in its own weights, on segments >= `first_segment`: bits per byte
+    with the state reset before every segment (`memzoo eval RUN --reset-memory`) minus bits per byte
+    with it, per seed, with the 95% t interval over seeds. Positive: reading the memory helps. Unlike a
+    difference from `local`, a method whose weights trained worse is not charged for it here."""
+    column = f"{split}_bpb_by_segment_reset"
+    columns = ["method", "seeds", "memory_gain", "ci", "p"]
+    if column not in df.columns:
+        return pd.DataFrame(columns=columns)
+    data = df[df[column].map(lambda v: isinstance(v, (list, tuple, np.ndarray)) and len(v) > first_segment)]
+    gain = [_bits_after({"bpb_by_segment": r[column], "tokens_by_segment": r.get("tokens_by_segment")}, first_segment)[0]
+            / max(t, 1e-12) - b / max(t, 1e-12) for (_, r), (b, t) in
+            zip(data.iterrows(), (_bits_after(r, first_segment) for _, r in data.iterrows()))]
+    rows = []
+    for method, sub in data.assign(gain=gain).groupby("method", sort=False):
+        mean, half, p = paired_t(per_seed(sub["gain"], sub["seed"]).to_numpy())
+        rows.append({"method": method, "seeds": int(sub["seed"].nunique()), "memory_gain": mean, "ci": half, "p": p})
+    return pd.DataFrame(rows, columns=columns).sort_values("memory_gain", ascending=False).reset_index(drop=True)
+
 CEILING = "full"  # attention over the whole (trained) context: headroom recovered is 1 there
 
 

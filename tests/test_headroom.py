@@ -89,3 +89,19 @@ def test_range_differences_by_hand_per_range_and_training_step() -> None:
         assert table.loc[("full", step, "far"), "seeds"] == 2
     assert table.loc[("local", 200, "near"), "bpb"] == pytest.approx(2.1)
     assert table.loc[("full", 100, "far"), "ci"] == pytest.approx(12.706 * 0.1, rel=1e-3)  # sd 0.1414 / sqrt 2 x t(1)
+
+
+def test_memory_ablation_by_hand_is_the_reset_minus_the_read_per_seed() -> None:
+    from memzoo.analysis.recipes import memory_ablation
+
+    rows = []
+    for seed, (read, reset) in enumerate([([4.0, 2.0, 3.0], [4.0, 2.5, 3.5]), ([4.0, 2.2, 3.0], [4.0, 2.5, 3.5])]):
+        rows.append({"method": "xl", "seed": seed, "bpb_by_segment": read, "tokens_by_segment": [10, 10, 30],
+                     "valid_bpb_by_segment_reset": reset})
+    rows.append({"method": "local", "seed": 0, "bpb_by_segment": [4.0, 3.0, 3.0], "tokens_by_segment": [10, 10, 30],
+                 "valid_bpb_by_segment_reset": [4.0, 3.0, 3.0]})
+    table = memory_ablation(pd.DataFrame(rows)).set_index("method")
+    # seed 0: (2.5 + 3 x 3.5 - 2 - 3 x 3) / 4 = 0.5; seed 1: (2.5 + 10.5 - 2.2 - 9) / 4 = 0.45 (segment 0 left out)
+    assert table.loc["xl", "memory_gain"] == pytest.approx(0.475)
+    assert table.loc["xl", "ci"] == pytest.approx(12.706 * 0.025, rel=1e-3)
+    assert table.loc["local", "memory_gain"] == 0.0 and table.loc["local", "seeds"] == 1
