@@ -296,6 +296,41 @@ def footprint_vs_gain(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
     return ax
 
 
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points (state, gain) that no other point beats: as little state or less and as
+    much gain or more, strictly better in one; in order of state."""
+    front = [i for i, (x, y) in enumerate(points)
+             if not any((x2 <= x and y2 >= y) and (x2 < x or y2 > y) for x2, y2 in points)]
+    return sorted(front, key=lambda i: points[i])
+
+
+def memory_vs_state(df: pd.DataFrame, ax=None, split: str = "valid"):
+    """What each memory buys in its own weights (bits per byte with the state reset before every segment
+    minus with it, segments >= 1; 95% t over seeds) against its state per sequence (log), with the
+    Pareto front: up is more bought, left is cheaper."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(7, 4.5))[1]
+    table = memory_ablation(df, split=split)
+    state = df.groupby("method")["footprint_measured"].first()
+    table = table[table["method"].map(lambda m: state.get(m, 0) > 0)].reset_index(drop=True)
+    for _, r in table.iterrows():
+        colour, marker = style(r["method"])
+        yerr = None if r["ci"] != r["ci"] else [[r["ci"]], [r["ci"]]]
+        ax.errorbar([state[r["method"]]], [r["memory_gain"]], yerr=yerr, fmt=marker, color=colour, ms=8, capsize=3,
+                    label=r["method"])
+    front = pareto_front([(float(state[m]), float(g)) for m, g in zip(table["method"], table["memory_gain"])])
+    if len(front) > 1:
+        ax.plot([state[table.loc[i, "method"]] for i in front], [table.loc[i, "memory_gain"] for i in front],
+                color="grey", lw=1, ls="--", label="Pareto front")
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("state per sequence (numbers, log)")
+    ax.set_ylabel("bpb with memory reset − with it (segments ≥ 1)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return ax
+
 def cost_per_method(df: pd.DataFrame, axes=None):
     """Evaluation tokens per second and peak resident memory per method (two bar charts, 95% t interval over seeds)."""
     import matplotlib.pyplot as plt

@@ -5,6 +5,10 @@ segment index. Per step, per method and per range of segments, this prints the p
 `local` over seeds (95% t interval) and writes curve.csv (and curve.png with --plot):
 
     python experiments/lm-stream/curve.py results/lm-stream --out experiments/lm-stream/stdlib
+
+At the last step it also prints each method's memory ablation (bits per byte with the state reset
+before every segment minus with it, segments >= 1), for the runs evaluated with
+`memzoo eval RUN --reset-memory`, and headroom recovered.
 """
 from __future__ import annotations
 
@@ -14,27 +18,33 @@ from pathlib import Path
 
 import pandas as pd
 
-from memzoo.analysis.recipes import range_differences
+from memzoo.analysis.recipes import headroom_recovered, load_results, memory_ablation, range_differences
 
 RANGES = {"segment 0": (0, 0), "segments 1-7": (1, 7), "segments 8-31": (8, 31), "segments >= 1": (1, None),
           "segments 28-31": (28, 31)}
 
 
 def curve_rows(folder: Path) -> pd.DataFrame:
-    """One row per (run, evaluated step): method, seed, step and bits per byte by segment."""
+    """One row per (run, evaluated step): method, seed, step and bits per byte by segment; a run still
+    training gives the steps it has evaluated so far."""
+    import yaml
+
     rows = []
-    for result in sorted(folder.rglob("result.json")):
-        res = json.loads(result.read_text())
-        run = {"method": res["method"], "seed": res["seed"]}
-        evals = result.parent / "evals.jsonl"
+    for config in sorted(folder.rglob("config.yaml")):
+        run_dir = config.parent
+        cfg = yaml.safe_load(config.read_text())
+        run = {"method": cfg["memory"]["name"], "seed": cfg["seed"]}
+        evals = run_dir / "evals.jsonl"
         for line in evals.read_text().splitlines() if evals.is_file() else []:
             ev = json.loads(line)
             rows.append({**run, "step": ev["step"], "bpb_by_segment": ev["bpb_by_segment"],
                          "tokens_by_segment": ev["tokens_by_segment"]})
-        rows.append({**run, "step": res["train_steps"], "bpb_by_segment": res["bpb_by_segment"],
-                     "tokens_by_segment": res["tokens_by_segment"]})
+        if (run_dir / "result.json").is_file():
+            res = json.loads((run_dir / "result.json").read_text())
+            rows.append({**run, "step": res["train_steps"], "bpb_by_segment": res["bpb_by_segment"],
+                         "tokens_by_segment": res["tokens_by_segment"]})
     if not rows:
-        raise FileNotFoundError(f"no result.json under {folder}: run `memzoo compare lm-stream` first")
+        raise FileNotFoundError(f"no evaluated run under {folder}: run `memzoo compare lm-stream` first")
     return pd.DataFrame(rows)
 
 
@@ -58,9 +68,20 @@ def main() -> None:
     for method in sorted(set(table["method"]) - {"local"}):
         print(f"\n{method} - local, bits per byte (paired over seeds, 95% t interval):\n")
         print(markdown(table, method))
+    final = load_results(args.folder) if any(args.folder.rglob("result.json")) else pd.DataFrame()
+    ablation = memory_ablation(final) if not final.empty else pd.DataFrame()
+    headroom = headroom_recovered(final) if not final.empty else pd.DataFrame()
+    if not ablation.empty:
+        print("\nmemory ablation at the last step (reset - read, segments >= 1; positive: the memory helps):\n")
+        print(ablation.to_string(index=False, float_format=lambda v: f"{v:+.3f}"))
+    if not headroom.empty:
+        print("\nheadroom recovered at the last step (segments >= 1):\n")
+        print(headroom.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out / "curve.csv", index=False)
+        if not ablation.empty:
+            ablation.to_csv(args.out / "ablation.csv", index=False)
         if args.plot:
             import matplotlib.pyplot as plt
 
