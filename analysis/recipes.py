@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from memzoo.analysis.capacity import pareto_front
 from memzoo.analysis.palette import colour, marker, style
 from memzoo.analysis.stats import (REFERENCE, bootstrap_versus, compare_groups, paired_differences, paired_t, per_seed,
                                    ratio_interval, t_errorbar)
@@ -110,7 +111,7 @@ def _bootstrap_vs_local(df: pd.DataFrame, runs: pd.DataFrame, units: str, weight
     return bootstrap_versus(runs, local, units, weights)
 
 
-def _bits_after(row: pd.Series, first: int, last: Optional[int] = None) -> tuple[float, float]:
+def bits_after(row: pd.Series, first: int, last: Optional[int] = None) -> tuple[float, float]:
     """(bits, tokens) of a run's evaluation over segments first..last (inclusive; to the end when last is
     None), token-weighted; equal weights when the row predates tokens_by_segment."""
     bpb = np.asarray(row["bpb_by_segment"], dtype=float)
@@ -130,7 +131,7 @@ def range_differences(df: pd.DataFrame, ranges: dict[str, tuple[int, Optional[in
     rest = [k for k in keys if k != "method"]
     rows = []
     for name, (first, last) in ranges.items():
-        bpb = [b / t if t > 0 else float("nan") for b, t in (_bits_after(r, first, last) for _, r in df.iterrows())]
+        bpb = [b / t if t > 0 else float("nan") for b, t in (bits_after(r, first, last) for _, r in df.iterrows())]
         data = df.assign(bpb_range=bpb)
         for key, sub in data.groupby(keys, sort=True):
             row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
@@ -153,7 +154,7 @@ def memory_gain(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
     if "bpb_by_segment" not in df.columns:
         return pd.DataFrame()
     data = df[df["bpb_by_segment"].map(lambda v: isinstance(v, (list, tuple, np.ndarray)) and len(v) > first_segment)]
-    data = data.assign(bpb_after=[b / max(t, 1e-12) for b, t in (_bits_after(r, first_segment) for _, r in data.iterrows())])
+    data = data.assign(bpb_after=[b / max(t, 1e-12) for b, t in (bits_after(r, first_segment) for _, r in data.iterrows())])
     local = data[data["method"] == REFERENCE]
     rows = []
     for key, sub in data.groupby(keys, dropna=False, sort=False):
@@ -184,9 +185,9 @@ def memory_ablation(df: pd.DataFrame, first_segment: int = 1, split: str = "vali
     if column not in df.columns:
         return pd.DataFrame(columns=columns)
     data = df[df[column].map(lambda v: isinstance(v, (list, tuple, np.ndarray)) and len(v) > first_segment)]
-    gain = [_bits_after({"bpb_by_segment": r[column], "tokens_by_segment": r.get("tokens_by_segment")}, first_segment)[0]
+    gain = [bits_after({"bpb_by_segment": r[column], "tokens_by_segment": r.get("tokens_by_segment")}, first_segment)[0]
             / max(t, 1e-12) - b / max(t, 1e-12) for (_, r), (b, t) in
-            zip(data.iterrows(), (_bits_after(r, first_segment) for _, r in data.iterrows()))]
+            zip(data.iterrows(), (bits_after(r, first_segment) for _, r in data.iterrows()))]
     rows = []
     for method, sub in data.assign(gain=gain).groupby("method", sort=False):
         mean, half, p = paired_t(per_seed(sub["gain"], sub["seed"]).to_numpy())
@@ -207,7 +208,7 @@ def headroom_recovered(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame
     if "bpb_by_segment" not in df.columns or not {REFERENCE, CEILING} <= set(df["method"]):
         return pd.DataFrame(columns=columns)
     data = df[df["bpb_by_segment"].map(lambda v: isinstance(v, (list, tuple, np.ndarray)) and len(v) > first_segment)]
-    data = data.assign(bpb_after=[b / max(t, 1e-12) for b, t in (_bits_after(r, first_segment) for _, r in data.iterrows())],
+    data = data.assign(bpb_after=[b / max(t, 1e-12) for b, t in (bits_after(r, first_segment) for _, r in data.iterrows())],
                        bpb_first=[float(np.asarray(v, dtype=float)[0]) for v in data["bpb_by_segment"]])
     local, full = (data[data["method"] == m] for m in (REFERENCE, CEILING))
     floor = per_seed(local["bpb_after"], local["seed"])
@@ -297,14 +298,6 @@ def footprint_vs_gain(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
 
 
 
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the points (state, gain) that no other point beats: as little state or less and as
-    much gain or more, strictly better in one; in order of state."""
-    front = [i for i, (x, y) in enumerate(points)
-             if not any((x2 <= x and y2 >= y) and (x2 < x or y2 > y) for x2, y2 in points)]
-    return sorted(front, key=lambda i: points[i])
-
-
 def memory_vs_state(df: pd.DataFrame, ax=None, split: str = "valid"):
     """What each memory buys in its own weights (bits per byte with the state reset before every segment
     minus with it, segments >= 1; 95% t over seeds) against its state per sequence (log), with the
@@ -320,10 +313,10 @@ def memory_vs_state(df: pd.DataFrame, ax=None, split: str = "valid"):
         yerr = None if r["ci"] != r["ci"] else [[r["ci"]], [r["ci"]]]
         ax.errorbar([state[r["method"]]], [r["memory_gain"]], yerr=yerr, fmt=marker, color=colour, ms=8, capsize=3,
                     label=r["method"])
-    front = pareto_front([(float(state[m]), float(g)) for m, g in zip(table["method"], table["memory_gain"])])
+    points = pd.DataFrame({"state": [float(state[m]) for m in table["method"]], "gain": table["memory_gain"]})
+    front = pareto_front(points, "state", "gain")
     if len(front) > 1:
-        ax.plot([state[table.loc[i, "method"]] for i in front], [table.loc[i, "memory_gain"] for i in front],
-                color="grey", lw=1, ls="--", label="Pareto front")
+        ax.plot(front["state"], front["gain"], color="grey", lw=1, ls="--", label="Pareto front")
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("state per sequence (numbers, log)")

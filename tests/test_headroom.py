@@ -106,10 +106,3 @@ def test_memory_ablation_by_hand_is_the_reset_minus_the_read_per_seed() -> None:
     assert table.loc["xl", "ci"] == pytest.approx(12.706 * 0.025, rel=1e-3)
     assert table.loc["local", "memory_gain"] == 0.0 and table.loc["local", "seeds"] == 1
 
-
-def test_the_pareto_front_keeps_only_points_nothing_beats() -> None:
-    from memzoo.analysis import pareto_front
-
-    points = [(10, 0.1), (100, 0.05), (100, 0.3), (1000, 0.3), (5, -0.1), (10, 0.1)]
-    # (100, 0.05) loses to (10, 0.1); (1000, 0.3) to (100, 0.3); the two equal (10, 0.1) beat nothing and stay
-    assert pareto_front(points) == [4, 0, 5, 2]

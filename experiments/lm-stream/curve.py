@@ -49,7 +49,7 @@ def curve_rows(folder: Path) -> pd.DataFrame:
 
 
 def markdown(table: pd.DataFrame, method: str) -> str:
-    """Steps down, ranges across: `method - local` as mean ± half-width (seeds)."""
+    """Steps down, ranges across: `method - local` as mean ± half-width."""
     sub = table[table["method"] == method]
     cells = sub.assign(cell=[f"{d:+.3f} ± {c:.3f}" if c == c else f"{d:+.3f}" for d, c in zip(sub["diff_vs_local"], sub["ci"])])
     wide = cells.pivot(index="step", columns="range", values="cell")[list(RANGES)]
@@ -65,9 +65,12 @@ def main() -> None:
     ap.add_argument("--plot", action="store_true")
     args = ap.parse_args()
     table = range_differences(curve_rows(args.folder), RANGES, keys=("method", "step"))
+    text = []
     for method in sorted(set(table["method"]) - {"local"}):
-        print(f"\n{method} - local, bits per byte (paired over seeds, 95% t interval):\n")
-        print(markdown(table, method))
+        seeds = int(table[table["method"] == method]["seeds"].max())
+        text.append(f"`{method}` − `local`, bits per byte (paired over {seeds} seeds, 95% t interval):\n\n"
+                    + markdown(table, method) + "\n")
+    print("\n" + "\n".join(text))
     final = load_results(args.folder) if any(args.folder.rglob("result.json")) else pd.DataFrame()
     ablation = memory_ablation(final) if not final.empty else pd.DataFrame()
     headroom = headroom_recovered(final) if not final.empty else pd.DataFrame()
@@ -80,6 +83,7 @@ def main() -> None:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out / "curve.csv", index=False)
+        (args.out / "curve.md").write_text("\n".join(text))
         if not ablation.empty:
             ablation.to_csv(args.out / "ablation.csv", index=False)
         if args.plot:
