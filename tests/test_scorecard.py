@@ -82,3 +82,19 @@ def test_distance_is_scored_on_what_a_memory_carries_past_its_training_gap_per_v
     assert all(abs(means[v] - means["local"]) < 0.05 for v in order[order.index("local") + 1 :])
     assert order.index("local") > order.index("deltanet")
     assert order.index("infini-delta normalizer=paper") < order.index("infini-delta normalizer=gamma")
+
+
+def test_lm_stream_is_scored_on_segments_after_the_first() -> None:
+    """On lm-stream a plugin is ranked by bits per byte where a memory can have been read (segments >= 1,
+    token-weighted), not by the whole document: segment 0 is the weights' alone."""
+    import pandas as pd
+
+    from memzoo.suites.scorecard import score_table
+
+    rows = pd.DataFrame([
+        {"method": m, "seed": s, "backbone_init": "split", "bpb_by_segment": [b0, b1, b2], "tokens_by_segment": [10, 10, 30]}
+        for s in (0, 1) for m, b0, b1, b2 in (("local", 2.0, 2.0, 2.0), ("mine", 1.0, 2.0, 1.8 + 0.1 * s))])
+    table, paired = score_table("lm-stream", rows)
+    mine = table.set_index("method").loc["mine"]
+    assert paired and mine["mean"] == pytest.approx(((2.0 + 3 * 1.8) / 4 + (2.0 + 3 * 1.9) / 4) / 2)  # 1.8875, not 1.5x
+    assert mine["diff_vs_local"] == pytest.approx(1.8875 - 2.0)

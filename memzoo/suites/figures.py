@@ -96,6 +96,7 @@ FIGURES: dict[str, str] = {
     "quick/footprint_vs_gain.png": "quick", "quick/gain_by_segment.png": "quick", "quick/footprint_vs_bpb.png": "quick",
     "quick/bpb_by_segment.png": "quick", "quick/cost.png": "quick", "quick/gates.png": "quick",
     "capacity/capacity.png": "capacity-top", "distance/distance.png": "distance",
+    "lm-stream/memory_vs_state.png": "lm-stream",
 }
 
 
@@ -113,6 +114,7 @@ def _draws() -> dict[str, Callable]:
         "quick/gates.png": a.gate_heatmaps,
         "capacity/capacity.png": a.capacity_curves,
         "distance/distance.png": lambda rows: a.distance_curves(common_gaps_only(rows)),
+        "lm-stream/memory_vs_state.png": _quick(a.memory_vs_state),
     }
 
 

@@ -1,5 +1,5 @@
 """Reference results shipped inside the package: the measured rows of the built-in methods in the
-`quick`, `capacity-top` and `distance` suites, so a new memory is compared without re-running them.
+`lm-stream`, `quick`, `capacity-top` and `distance` suites, so a new memory is compared without re-running them.
 
 Each suite's rows live in `memzoo/references/SUITE.parquet`, one row per finished run exactly as the
 suite's results table has it, plus `config_hash` (what the run trained and measured, folders aside:
@@ -26,7 +26,7 @@ from memzoo.running.curriculum import config_hash
 from memzoo.suites.catalog import rounding_sensitive
 from memzoo.suites.compare import expand, load_suite
 
-SHIPPED_SUITES = ("quick", "capacity-top", "distance")
+SHIPPED_SUITES = ("lm-stream", "quick", "capacity-top", "distance")
 INDEX = "index.json"
 HOURS = "train_cpu_hours"  # the index's key: training hours of the shipped runs, every stage counted
 

@@ -18,7 +18,7 @@ from typing import Optional
 
 import pandas as pd
 
-from memzoo.analysis.recipes import variant_labels
+from memzoo.analysis.recipes import bits_after, variant_labels
 from memzoo.analysis.stats import compare_groups
 from memzoo.core.config import ConfigError
 from memzoo.suites.compare import load_suite, run_suite
@@ -28,6 +28,7 @@ from memzoo.suites.report import table_md, write_report
 # What each suite is scored on, and which way is better. In `distance` every memory is at about 1.0
 # at the gaps it was trained on, so it is ranked on what it carries past them (recall_past_training).
 METRICS: dict[str, tuple[str, bool]] = {
+    "lm-stream": ("bpb_after_segment_0", False),  # where a memory can have been read
     "quick": ("valid_bpb", False),
     "capacity-top": ("recall_accuracy", True),
     "distance": ("recall_past_training", True),
@@ -101,6 +102,8 @@ def score_table(suite_name: str, rows: pd.DataFrame) -> tuple[pd.DataFrame, bool
     rows = rows.copy()
     if metric == "recall_past_training":
         rows[metric] = rows["distance_json"].map(recall_past_training)
+    if metric == "bpb_after_segment_0":
+        rows[metric] = [bits / tokens for bits, tokens in (bits_after(r, 1) for _, r in rows.iterrows())]
     rows["variant"] = variant_labels(rows)
     paired = set(rows.get("backbone_init", pd.Series(["shared"])).fillna("shared")) == {"split"}
     return compare_groups(rows, ["method", "variant"], metric, higher_is_better=higher, paired=paired), paired

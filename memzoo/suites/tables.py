@@ -11,7 +11,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis import capacity_table, distance_reach, distance_summary, memory_gain, summary_table, variant_labels
+from memzoo.analysis import (capacity_table, distance_reach, distance_summary, headroom_recovered, memory_ablation,
+                             memory_gain, summary_table, variant_labels)
 from memzoo.analysis.distance import common_gaps_only
 from memzoo.analysis.stats import REFERENCE
 
@@ -72,6 +73,35 @@ def quick_table(rows: pd.DataFrame) -> str:
                      "vs local, segments ≥ 1"], out, right=[2])
 
 
+
+def lm_stream_table(rows: pd.DataFrame) -> str:
+    """The bits-per-byte comparison from the shipped backbone: per method, its difference from `local` at
+    segment 0 (no memory read yet: the weights') and on segments >= 1, what its memory buys in its own
+    weights (the ablation: reset before every segment minus read, segments >= 1) and headroom recovered."""
+    after, ablation = memory_gain(rows).set_index("method"), memory_ablation(rows).set_index("method")
+    head = headroom_recovered(rows).set_index("method")
+    out = []
+    for method, sub in sorted(rows.groupby("method"), key=lambda kv: after.loc[kv[0], "bpb_after"]):
+        local = method == REFERENCE
+        seg0 = "ref" if local else interval(head.loc[method, "diff_seg0_vs_local"], head.loc[method, "ci_seg0_vs_local"], sign=True)
+        vs = "ref" if local else interval(after.loc[method, "diff_after_vs_local"], after.loc[method, "ci_after_vs_local"], sign=True)
+        gain = "none (no state)" if local else (interval(ablation.loc[method, "memory_gain"], ablation.loc[method, "ci"], sign=True)
+                                                 if method in ablation.index else "not measured")
+        h = head.loc[method]
+        status = h["headroom_status"]
+        if method == "full":
+            recovered = "1 (ceiling)"
+        elif status == "bounded":
+            recovered = f"{h['headroom']:.2f} [{h['headroom_lo']:.2f}, {h['headroom_hi']:.2f}]".replace("-", MINUS)
+        elif status == "unbounded":
+            recovered = f"{h['headroom']:.2f} (interval unbounded)"
+        else:
+            recovered = status if h["headroom"] != h["headroom"] or h["headroom"] is None else f"{h['headroom']:.2f} ({status})"
+        out.append([f"`{method}`", seeds_of(sub), f"{int(sub['footprint_measured'].iloc[0]):,}", seg0, vs, gain,
+                    "0 (floor)" if local else recovered])
+    return markdown(["method", "seeds", "state numbers", "vs local, segment 0", "vs local, segments ≥ 1",
+                     "memory buys (reset − read)", "headroom recovered"], out, right=[2])
+
 def capacity_md(rows: pd.DataFrame) -> str:
     """Recall across one segment boundary per method, best first, with the reset ablation and each
     seed's accuracy (`*`: the paired difference from `local` is significant after Holm)."""
@@ -128,6 +158,7 @@ def distance_reach_md(rows: pd.DataFrame) -> str:
 # generated-block name -> (shipped suite, the function that writes its table)
 TABLES: dict[str, tuple[str, Callable[[pd.DataFrame], str]]] = {
     "quick-table": ("quick", quick_table),
+    "lm-stream-table": ("lm-stream", lm_stream_table),
     "capacity-table": ("capacity-top", capacity_md),
     "distance-table": ("distance", distance_md),
     "distance-reach": ("distance", distance_reach_md),
