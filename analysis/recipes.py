@@ -121,6 +121,14 @@ def bits_after(row: pd.Series, first: int, last: Optional[int] = None) -> tuple[
     return float((bpb[first:end] * w[first:end]).sum()), float(w[first:end].sum())
 
 
+def bpb_over(row: pd.Series, first: int, last: Optional[int] = None, column: str = "bpb_by_segment") -> float:
+    """Token-weighted bits per byte of a run's `column` (by segment) over segments first..last; NaN
+    where the range holds no token."""
+    bits, tokens = bits_after({"bpb_by_segment": row[column], "tokens_by_segment": row.get("tokens_by_segment")},
+                              first, last)
+    return bits / tokens if tokens > 0 else float("nan")
+
+
 def range_differences(df: pd.DataFrame, ranges: dict[str, tuple[int, Optional[int]]],
                       keys: Sequence[str] = ("method",)) -> pd.DataFrame:
     """Per group of `keys` (method, and e.g. training step) and per named range of segment indices
@@ -131,11 +139,11 @@ def range_differences(df: pd.DataFrame, ranges: dict[str, tuple[int, Optional[in
     rest = [k for k in keys if k != "method"]
     rows = []
     for name, (first, last) in ranges.items():
-        bpb = [b / t if t > 0 else float("nan") for b, t in (bits_after(r, first, last) for _, r in df.iterrows())]
-        data = df.assign(bpb_range=bpb)
+        data = df.assign(bpb_range=[bpb_over(r, first, last) for _, r in df.iterrows()])
+        references = data[data["method"] == REFERENCE]
         for key, sub in data.groupby(keys, sort=True):
             row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-            local = data[data["method"] == REFERENCE]
+            local = references
             for k in rest:
                 local = local[local[k] == row[k]]
             d = paired_differences(per_seed(sub["bpb_range"], sub["seed"]), per_seed(local["bpb_range"], local["seed"]))
@@ -173,8 +181,6 @@ def memory_gain(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     return out.sort_values("diff_after_vs_local", na_position="first").reset_index(drop=True) if not out.empty else out
 
-
-
 def memory_ablation(df: pd.DataFrame, first_segment: int = 1, split: str = "valid") -> pd.DataFrame:
     """Per method: what its memory buys in its own weights, on segments >= `first_segment`: bits per byte
     with the state reset before every segment (`memzoo eval RUN --reset-memory`) minus bits per byte
@@ -185,14 +191,13 @@ def memory_ablation(df: pd.DataFrame, first_segment: int = 1, split: str = "vali
     if column not in df.columns:
         return pd.DataFrame(columns=columns)
     data = df[df[column].map(lambda v: isinstance(v, (list, tuple, np.ndarray)) and len(v) > first_segment)]
-    gain = [bits_after({"bpb_by_segment": r[column], "tokens_by_segment": r.get("tokens_by_segment")}, first_segment)[0]
-            / max(t, 1e-12) - b / max(t, 1e-12) for (_, r), (b, t) in
-            zip(data.iterrows(), (bits_after(r, first_segment) for _, r in data.iterrows()))]
+    gain = [bpb_over(r, first_segment, column=column) - bpb_over(r, first_segment) for _, r in data.iterrows()]
     rows = []
     for method, sub in data.assign(gain=gain).groupby("method", sort=False):
         mean, half, p = paired_t(per_seed(sub["gain"], sub["seed"]).to_numpy())
         rows.append({"method": method, "seeds": int(sub["seed"].nunique()), "memory_gain": mean, "ci": half, "p": p})
     return pd.DataFrame(rows, columns=columns).sort_values("memory_gain", ascending=False).reset_index(drop=True)
+
 
 CEILING = "full"  # attention over the whole (trained) context: headroom recovered is 1 there
 
@@ -297,7 +302,6 @@ def footprint_vs_gain(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
     return ax
 
 
-
 def memory_vs_state(df: pd.DataFrame, ax=None, split: str = "valid"):
     """What each memory buys in its own weights (bits per byte with the state reset before every segment
     minus with it, segments >= 1; 95% t over seeds) against its state per sequence (log), with the
@@ -323,6 +327,7 @@ def memory_vs_state(df: pd.DataFrame, ax=None, split: str = "valid"):
     ax.set_ylabel("bpb with memory reset − with it (segments ≥ 1)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
+
 
 def cost_per_method(df: pd.DataFrame, axes=None):
     """Evaluation tokens per second and peak resident memory per method (two bar charts, 95% t interval over seeds)."""

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from memzoo.analysis.recipes import headroom_recovered, load_results, memory_ablation, range_differences
+from memzoo.suites.tables import markdown
 
 RANGES = {"segment 0": (0, 0), "segments 1-7": (1, 7), "segments 8-31": (8, 31), "segments >= 1": (1, None),
           "segments 28-31": (28, 31)}
@@ -48,14 +49,13 @@ def curve_rows(folder: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def markdown(table: pd.DataFrame, method: str) -> str:
+def curve_table(table: pd.DataFrame, method: str) -> str:
     """Steps down, ranges across: `method - local` as mean ± half-width."""
     sub = table[table["method"] == method]
     cells = sub.assign(cell=[f"{d:+.3f} ± {c:.3f}" if c == c else f"{d:+.3f}" for d, c in zip(sub["diff_vs_local"], sub["ci"])])
     wide = cells.pivot(index="step", columns="range", values="cell")[list(RANGES)]
-    lines = [f"| step | {' | '.join(wide.columns)} |", "| ---: |" + " ---: |" * len(wide.columns)]
-    lines += [f"| {step} | {' | '.join(row)} |" for step, row in wide.iterrows()]
-    return "\n".join(lines)
+    rows = [[str(step), *row] for step, row in wide.iterrows()]
+    return markdown(["step", *wide.columns], rows, right=range(len(RANGES) + 1))
 
 
 def main() -> None:
@@ -69,7 +69,7 @@ def main() -> None:
     for method in sorted(set(table["method"]) - {"local"}):
         seeds = int(table[table["method"] == method]["seeds"].max())
         text.append(f"`{method}` − `local`, bits per byte (paired over {seeds} seeds, 95% t interval):\n\n"
-                    + markdown(table, method) + "\n")
+                    + curve_table(table, method))
     print("\n" + "\n".join(text))
     final = load_results(args.folder) if any(args.folder.rglob("result.json")) else pd.DataFrame()
     ablation = memory_ablation(final) if not final.empty else pd.DataFrame()

@@ -73,7 +73,7 @@ class PackageCorpus:
     folder: str  # the documents' folder inside the package
     pattern: str  # which files are documents
     install: str  # the command that installs it
-    about: str  # what it is, its source and licence (for the docs and the error)
+    about: str  # what it is, its source and licence (said in the error when it is missing)
 
 
 PACKAGE_CORPORA = {
@@ -90,8 +90,8 @@ def package_corpus_root(name: str) -> Path:
     corpus = PACKAGE_CORPORA[name]
     spec = importlib.util.find_spec(corpus.package)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"data.source={name!r} needs the {corpus.package!r} package, which is not installed: "
-                          f"{corpus.install}")
+        raise ConfigError(f"data.source={name!r} needs the {corpus.package!r} package ({corpus.about}), which is "
+                          f"not installed: {corpus.install}")
     return Path(list(spec.submodule_search_locations)[0]) / corpus.folder
 
 

@@ -213,7 +213,11 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
         row = {**row, **{k: previous.get(k, row[k]) for k in ("bpb_by_segment", "tokens_by_segment", "bits_by_doc",
                                                                   "tokens_by_doc", "tokens_per_s")},
                **{f"{result['split']}_{k}": result[k] for k in ("bpb_by_segment", "bits_by_doc", "tokens_by_doc")}}
-    row = {**previous, **row}
+    return _write_row(run_dir, {**previous, **row})
+
+
+def _write_row(run_dir: Path, row: dict[str, Any]) -> dict[str, Any]:
+    """result.json, written through a temporary file and a rename (a reader never sees half of it)."""
     tmp = run_dir / "result.json.tmp"
     tmp.write_text(json.dumps(row, indent=1))
     tmp.replace(run_dir / "result.json")
@@ -227,9 +231,5 @@ def _write_ablation(run_dir: Path, result: dict[str, Any]) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} has no result.json: evaluate the run itself before its memory ablation")
     (run_dir / f"eval-{split}-reset.json").write_text(json.dumps(result, indent=1))
-    row = {**json.loads(path.read_text()), f"{split}_bpb_reset": result["bpb"],
-           f"{split}_bpb_by_segment_reset": result["bpb_by_segment"]}
-    tmp = run_dir / "result.json.tmp"
-    tmp.write_text(json.dumps(row, indent=1))
-    tmp.replace(path)
-    return row
+    return _write_row(run_dir, {**json.loads(path.read_text()), f"{split}_bpb_reset": result["bpb"],
+                                f"{split}_bpb_by_segment_reset": result["bpb_by_segment"]})

@@ -18,7 +18,7 @@ from typing import Optional
 
 import pandas as pd
 
-from memzoo.analysis.recipes import bits_after, variant_labels
+from memzoo.analysis.recipes import bpb_over, variant_labels
 from memzoo.analysis.stats import compare_groups
 from memzoo.core.config import ConfigError
 from memzoo.suites.compare import load_suite, run_suite
@@ -103,7 +103,7 @@ def score_table(suite_name: str, rows: pd.DataFrame) -> tuple[pd.DataFrame, bool
     if metric == "recall_past_training":
         rows[metric] = rows["distance_json"].map(recall_past_training)
     if metric == "bpb_after_segment_0":
-        rows[metric] = [bits / tokens for bits, tokens in (bits_after(r, 1) for _, r in rows.iterrows())]
+        rows[metric] = [bpb_over(r, 1) for _, r in rows.iterrows()]
     rows["variant"] = variant_labels(rows)
     paired = set(rows.get("backbone_init", pd.Series(["shared"])).fillna("shared")) == {"split"}
     return compare_groups(rows, ["method", "variant"], metric, higher_is_better=higher, paired=paired), paired

@@ -14,6 +14,7 @@ import pandas as pd
 from memzoo.analysis import (capacity_table, distance_reach, distance_summary, headroom_recovered, memory_ablation,
                              memory_gain, summary_table, variant_labels)
 from memzoo.analysis.distance import common_gaps_only
+from memzoo.analysis.recipes import CEILING
 from memzoo.analysis.stats import REFERENCE
 
 MINUS = "−"
@@ -73,7 +74,6 @@ def quick_table(rows: pd.DataFrame) -> str:
                      "vs local, segments ≥ 1"], out, right=[2])
 
 
-
 def lm_stream_table(rows: pd.DataFrame) -> str:
     """The bits-per-byte comparison from the shipped backbone: per method, its difference from `local` at
     segment 0 (no memory read yet: the weights') and on segments >= 1, what its memory buys in its own
@@ -89,18 +89,17 @@ def lm_stream_table(rows: pd.DataFrame) -> str:
                                                  if method in ablation.index else "not measured")
         h = head.loc[method]
         status = h["headroom_status"]
-        if method == "full":
+        if method == CEILING:
             recovered = "1 (ceiling)"
         elif status == "bounded":
             recovered = f"{h['headroom']:.2f} [{h['headroom_lo']:.2f}, {h['headroom_hi']:.2f}]".replace("-", MINUS)
-        elif status == "unbounded":
-            recovered = f"{h['headroom']:.2f} (interval unbounded)"
-        else:
-            recovered = status if h["headroom"] != h["headroom"] or h["headroom"] is None else f"{h['headroom']:.2f} ({status})"
+        else:  # unbounded, one seed, or undefined (full equal to local)
+            recovered = f"{h['headroom']:.2f} ({status})" if pd.notna(h["headroom"]) else status
         out.append([f"`{method}`", seeds_of(sub), f"{int(sub['footprint_measured'].iloc[0]):,}", seg0, vs, gain,
                     "0 (floor)" if local else recovered])
     return markdown(["method", "seeds", "state numbers", "vs local, segment 0", "vs local, segments ≥ 1",
                      "memory buys (reset − read)", "headroom recovered"], out, right=[2])
+
 
 def capacity_md(rows: pd.DataFrame) -> str:
     """Recall across one segment boundary per method, best first, with the reset ablation and each
