@@ -10,7 +10,7 @@ import pandas as pd
 
 from memzoo.analysis.capacity import pareto_front
 from memzoo.analysis.palette import colour, marker, style
-from memzoo.analysis.stats import (REFERENCE, bootstrap_versus, compare_groups, paired_differences, paired_t, per_seed,
+from memzoo.analysis.stats import (REFERENCE, bootstrap_versus, compare_groups, holm, paired_differences, paired_t, per_seed,
                                    ratio_interval, t_errorbar)
 
 
@@ -156,8 +156,9 @@ def range_differences(df: pd.DataFrame, ranges: dict[str, tuple[int, Optional[in
 def memory_gain(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
     """Per method (and grid point): bits per byte over segments >= `first_segment` (where a memory
     can have been read), its paired difference from `local` at each seed with the 95% t interval and
-    p-value, beside the difference over the whole document. A memory can only help after its first
-    segment; this is where to look for what it buys."""
+    p-value (`sig_after_vs_local`: significant after Holm over every method's test against local),
+    beside the difference over the whole document. A memory can only help after its first segment;
+    this is where to look for what it buys."""
     keys = _group_keys(df)
     if "bpb_by_segment" not in df.columns:
         return pd.DataFrame()
@@ -179,7 +180,10 @@ def memory_gain(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
             row[f"n_{name}_vs_local"] = n
         rows.append(row)
     out = pd.DataFrame(rows)
-    return out.sort_values("diff_after_vs_local", na_position="first").reset_index(drop=True) if not out.empty else out
+    if out.empty:
+        return out
+    out["sig_after_vs_local"] = holm(out["p_after_vs_local"])  # the family: every method against local
+    return out.sort_values("diff_after_vs_local", na_position="first").reset_index(drop=True)
 
 def memory_ablation(df: pd.DataFrame, first_segment: int = 1, split: str = "valid") -> pd.DataFrame:
     """Per method: what its memory buys in its own weights, on segments >= `first_segment`: bits per byte

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from memzoo.analysis.palette import SPARE_MARKERS, STYLES, style, variant_lines
@@ -53,6 +54,13 @@ def test_the_tables_state_their_seeds_and_fit_the_page(shipped: dict[str, str]) 
         assert "seeds" in header and header.count("|") - 1 <= 8, header
     with pytest.raises(ValueError, match="9 columns"):
         markdown([str(i) for i in range(9)], [])
+
+
+def test_a_suite_with_no_rows_shipped_says_so_in_its_block(shipped: dict[str, str]) -> None:
+    """A shipped suite declared before its rows exist renders a line saying so; the others are unchanged."""
+    tables = all_tables({"lm-stream-sotu": pd.DataFrame()})
+    assert tables["lm-stream-sotu-table"] == "No rows of `lm-stream-sotu` are shipped yet.\n"
+    assert tables["lm-stream-table"] == shipped["lm-stream-table"]
 
 
 def test_a_block_left_open_or_unknown_is_an_error_naming_it() -> None:

@@ -186,6 +186,23 @@ def test_memory_gain_and_segment_differences_pair_by_seed() -> None:
     assert seg.loc[0, "diff"] == 0.0 and seg.loc[1, "diff"] == pytest.approx(-0.1) and (seg["n"] == 3).all()
 
 
+def test_memory_gain_marks_significance_after_holm_over_every_method() -> None:
+    """Three methods against local on segments >= 1: `a` lower by 0.1 with almost no spread, `b` and `c`
+    by 0.1 +- 0.03 (p about 0.029 each, under 0.05 alone but over Holm's 0.05 / 2 at rank 2): only `a`
+    is significant in the family."""
+    rows = []
+    for s in range(3):
+        for method, gain in (("local", 0.0), ("a", 0.1 + 0.001 * (s - 1)), ("b", 0.1 + 0.03 * (s - 1)),
+                             ("c", 0.1 - 0.03 * (s - 1))):
+            bpb = [4.0 + s, 3.8 + s - gain]
+            rows.append({"method": method, "seed": s, "bpb_by_segment": bpb, "tokens_by_segment": [100, 100],
+                         "valid_bpb": float(np.mean(bpb))})
+    gain = memory_gain(pd.DataFrame(rows)).set_index("method")
+    assert 0.025 < gain.loc["b", "p_after_vs_local"] < 0.05 and 0.025 < gain.loc["c", "p_after_vs_local"] < 0.05
+    assert gain.loc["a", "p_after_vs_local"] < 0.05 / 3
+    assert gain["sig_after_vs_local"].to_dict() == {"local": False, "a": True, "b": False, "c": False}
+
+
 def test_a_run_folder_from_before_the_split_resumes_under_its_own_initialisation(tmp_path: Path) -> None:
     """A config.yaml without model.init_streams was made under the shared stream: resuming keeps it,
     loading builds it, and its row records it."""

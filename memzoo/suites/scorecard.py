@@ -29,6 +29,7 @@ from memzoo.suites.report import table_md, write_report
 # at the gaps it was trained on, so it is ranked on what it carries past them (recall_past_training).
 METRICS: dict[str, tuple[str, bool]] = {
     "lm-stream": ("bpb_after_segment_0", False),  # where a memory can have been read
+    "lm-stream-sotu": ("bpb_after_segment_0", False),  # the same, on the second corpus (English prose)
     "quick": ("valid_bpb", False),
     "capacity-top": ("recall_accuracy", True),
     "distance": ("recall_past_training", True),

@@ -77,14 +77,16 @@ def quick_table(rows: pd.DataFrame) -> str:
 def lm_stream_table(rows: pd.DataFrame) -> str:
     """The bits-per-byte comparison from the shipped backbone: per method, its difference from `local` at
     segment 0 (no memory read yet: the weights') and on segments >= 1, what its memory buys in its own
-    weights (the ablation: reset before every segment minus read, segments >= 1) and headroom recovered."""
+    weights (the ablation: reset before every segment minus read, segments >= 1) and headroom recovered
+    (`*`: the paired difference from `local` on segments >= 1 is significant after Holm over every method)."""
     after, ablation = memory_gain(rows).set_index("method"), memory_ablation(rows).set_index("method")
     head = headroom_recovered(rows).set_index("method")
     out = []
     for method, sub in sorted(rows.groupby("method"), key=lambda kv: after.loc[kv[0], "bpb_after"]):
         local = method == REFERENCE
         seg0 = "ref" if local else interval(head.loc[method, "diff_seg0_vs_local"], head.loc[method, "ci_seg0_vs_local"], sign=True)
-        vs = "ref" if local else interval(after.loc[method, "diff_after_vs_local"], after.loc[method, "ci_after_vs_local"], sign=True)
+        vs = "ref" if local else (interval(after.loc[method, "diff_after_vs_local"], after.loc[method, "ci_after_vs_local"], sign=True)
+                                  + (" *" if after.loc[method, "sig_after_vs_local"] else ""))
         gain = "none (no state)" if local else (interval(ablation.loc[method, "memory_gain"], ablation.loc[method, "ci"], sign=True)
                                                  if method in ablation.index else "not measured")
         h = head.loc[method]
@@ -158,6 +160,7 @@ def distance_reach_md(rows: pd.DataFrame) -> str:
 TABLES: dict[str, tuple[str, Callable[[pd.DataFrame], str]]] = {
     "quick-table": ("quick", quick_table),
     "lm-stream-table": ("lm-stream", lm_stream_table),
+    "lm-stream-sotu-table": ("lm-stream-sotu", lm_stream_table),
     "capacity-table": ("capacity-top", capacity_md),
     "distance-table": ("distance", distance_md),
     "distance-reach": ("distance", distance_reach_md),
