@@ -11,7 +11,7 @@ import pandas as pd
 from memzoo.analysis.capacity import pareto_front
 from memzoo.analysis.palette import colour, marker, style
 from memzoo.analysis.stats import (REFERENCE, bootstrap_versus, compare_groups, holm, paired_differences, paired_t, per_seed,
-                                   ratio_interval, t_errorbar)
+                                   RatioEstimate, ratio_interval, t_errorbar)
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -209,8 +209,8 @@ CEILING = "full"  # attention over the whole (trained) context: headroom recover
 def headroom_recovered(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
     """Per method: the share of the gap between `local` (0) and `full` (1) that it closes on segments >=
     `first_segment`, (local - method) / (local - full) from per-seed differences paired by seed, with
-    Fieller's 95% interval (`headroom_status`: bounded, unbounded, undefined where full equals local, or
-    one seed), beside the method's segment-0 difference from local: a gain already there before any
+    Fieller's 95% interval (`headroom_status`: bounded, unbounded, undefined where full equals local,
+    no headroom where full is above local on average, or one seed), beside the method's segment-0 difference from local: a gain already there before any
     memory was read is the within-segment mixer's, not the memory's."""
     columns = ["method", "runs", "headroom", "headroom_lo", "headroom_hi", "headroom_status", "diff_seg0_vs_local",
                "ci_seg0_vs_local"]
@@ -227,6 +227,9 @@ def headroom_recovered(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame
         gain = floor - per_seed(sub["bpb_after"], sub["seed"])  # local - method per seed
         seeds = gain.dropna().index.intersection(gap.dropna().index)
         est = ratio_interval(gain[seeds].to_numpy(), gap[seeds].to_numpy())
+        if est.status != "undefined" and len(seeds) and float(gap[seeds].mean()) < 0:
+            # full above local on average: no headroom to recover, and the ratio's sign would invert
+            est = RatioEstimate(None, None, None, "no headroom (full above local)")
         first = paired_differences(per_seed(sub["bpb_first"], sub["seed"]), per_seed(local["bpb_first"], local["seed"]))
         seg0, seg0_ci, _ = paired_t(first) if method != REFERENCE else (0.0, 0.0, float("nan"))
         rows.append({"method": method, "runs": len(sub), "headroom": est.value, "headroom_lo": est.low,

@@ -63,6 +63,20 @@ def test_headroom_recovered_by_hand_with_the_segment_zero_gain_beside_it() -> No
     assert table.loc["mixer", "diff_seg0_vs_local"] == pytest.approx(-0.5)  # its gain is there before memory
 
 
+def test_full_above_local_leaves_no_headroom_instead_of_an_inverted_ratio() -> None:
+    """local - full = -0.1 every seed (full worse): a memory 0.2 below local would read -2.0 "recovered";
+    it is reported as no headroom, with no value or interval."""
+    df = pd.DataFrame(
+        runs("local", [[4.0, 3.0], [4.1, 3.1], [3.9, 2.9]])
+        + runs("full", [[4.0, 3.1], [4.1, 3.2], [3.9, 3.0]])
+        + runs("xl", [[4.0, 2.8], [4.1, 2.9], [3.9, 2.7]])
+    )
+    table = headroom_recovered(df).set_index("method")
+    for method in ("xl", "full"):
+        assert table.loc[method, "headroom_status"] == "no headroom (full above local)"
+        assert table.loc[method, ["headroom", "headroom_lo", "headroom_hi"]].isna().all()
+
+
 def test_no_full_runs_means_no_headroom_table() -> None:
     df = pd.DataFrame(runs("local", [[4.0, 3.0]]) + runs("xl", [[4.0, 2.0]]))
     assert headroom_recovered(df).empty

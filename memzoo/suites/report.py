@@ -247,7 +247,7 @@ def headroom_display(df: pd.DataFrame) -> pd.DataFrame:
         if r.headroom_status == "bounded":
             return f"[{r.headroom_lo:+.2f}, {r.headroom_hi:+.2f}]"
         return {"unbounded": "unbounded (full - local not significant)", "undefined": "undefined (full = local)",
-                "one seed": "none (one seed)"}[r.headroom_status]
+                "one seed": "none (one seed)"}.get(r.headroom_status, r.headroom_status)  # else it says why
     return pd.DataFrame({
         "method": table["method"], "runs": table["runs"],
         "headroom recovered": ["undefined" if v is None or pd.isna(v) else f"{v:+.2f}" for v in table["headroom"]],

@@ -91,7 +91,9 @@ def lm_stream_table(rows: pd.DataFrame) -> str:
                                                  if method in ablation.index else "not measured")
         h = head.loc[method]
         status = h["headroom_status"]
-        if method == CEILING:
+        if status.startswith("no headroom"):  # full above local: no ceiling to recover towards
+            recovered = status
+        elif method == CEILING:
             recovered = "1 (ceiling)"
         elif status == "bounded":
             recovered = f"{h['headroom']:.2f} [{h['headroom_lo']:.2f}, {h['headroom_hi']:.2f}]".replace("-", MINUS)
