@@ -185,6 +185,7 @@ def memory_gain(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
     out["sig_after_vs_local"] = holm(out["p_after_vs_local"])  # the family: every method against local
     return out.sort_values("diff_after_vs_local", na_position="first").reset_index(drop=True)
 
+
 def memory_ablation(df: pd.DataFrame, first_segment: int = 1, split: str = "valid") -> pd.DataFrame:
     """Per method: what its memory buys in its own weights, on segments >= `first_segment`: bits per byte
     with the state reset before every segment (`memzoo eval RUN --reset-memory`) minus bits per byte
@@ -204,14 +205,15 @@ def memory_ablation(df: pd.DataFrame, first_segment: int = 1, split: str = "vali
 
 
 CEILING = "full"  # attention over the whole (trained) context: headroom recovered is 1 there
+NO_HEADROOM = "no headroom (full above local)"  # headroom_status where the ceiling is worse than the floor
 
 
 def headroom_recovered(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame:
     """Per method: the share of the gap between `local` (0) and `full` (1) that it closes on segments >=
     `first_segment`, (local - method) / (local - full) from per-seed differences paired by seed, with
     Fieller's 95% interval (`headroom_status`: bounded, unbounded, undefined where full equals local,
-    no headroom where full is above local on average, or one seed), beside the method's segment-0 difference from local: a gain already there before any
-    memory was read is the within-segment mixer's, not the memory's."""
+    NO_HEADROOM where full is above local on average, or one seed), beside the method's segment-0
+    difference from local: a gain already there before any memory was read is the mixer's, not the memory's."""
     columns = ["method", "runs", "headroom", "headroom_lo", "headroom_hi", "headroom_status", "diff_seg0_vs_local",
                "ci_seg0_vs_local"]
     if "bpb_by_segment" not in df.columns or not {REFERENCE, CEILING} <= set(df["method"]):
@@ -229,7 +231,7 @@ def headroom_recovered(df: pd.DataFrame, first_segment: int = 1) -> pd.DataFrame
         est = ratio_interval(gain[seeds].to_numpy(), gap[seeds].to_numpy())
         if est.status != "undefined" and len(seeds) and float(gap[seeds].mean()) < 0:
             # full above local on average: no headroom to recover, and the ratio's sign would invert
-            est = RatioEstimate(None, None, None, "no headroom (full above local)")
+            est = RatioEstimate(None, None, None, NO_HEADROOM)
         first = paired_differences(per_seed(sub["bpb_first"], sub["seed"]), per_seed(local["bpb_first"], local["seed"]))
         seg0, seg0_ci, _ = paired_t(first) if method != REFERENCE else (0.0, 0.0, float("nan"))
         rows.append({"method": method, "runs": len(sub), "headroom": est.value, "headroom_lo": est.low,

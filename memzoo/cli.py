@@ -334,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     _device_option(s)
     s.set_defaults(fn=cmd_generate)
 
-    s = sub.add_parser("references", help="the shipped reference rows of the built-in methods (lm-stream, quick, capacity-top, distance)")
+    s = sub.add_parser("references", help="the shipped reference rows of the built-in methods (lm-stream, lm-stream-sotu, quick, capacity-top, distance)")
     s.add_argument("suite", nargs="?", default=None, help="one suite's rows in full (default: a summary of all)")
     s.add_argument("--freeze", metavar="RESULTS_DIR", default=None,
                    help="(maintainers) ship the rows of a finished suite folder whose configs match the suite")
@@ -352,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("plugin", help="a .py file, a module (my_pkg.decay) or an installed entry point's name")
     s.add_argument("overrides", nargs="*", help="suite overrides (smoke runs only: the rows are then not comparable)")
     s.add_argument("--suites", default="lm-stream,capacity-top,distance",
-                   help="comma-separated, of lm-stream, quick (the smoke comparison), capacity-top, distance (default: all but quick)")
+                   help="comma-separated, of lm-stream, lm-stream-sotu, quick (the smoke comparison), capacity-top, distance "
+                        "(default: lm-stream, capacity-top, distance)")
     s.add_argument("--seeds", type=int, default=None, help="the first N of each suite's seeds (default all)")
     s.add_argument("--out", default="scorecard", help="folder for the runs, the reports and scorecard.md")
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: each suite's `jobs`)")

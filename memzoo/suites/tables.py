@@ -14,7 +14,7 @@ import pandas as pd
 from memzoo.analysis import (capacity_table, distance_reach, distance_summary, headroom_recovered, memory_ablation,
                              memory_gain, summary_table, variant_labels)
 from memzoo.analysis.distance import common_gaps_only
-from memzoo.analysis.recipes import CEILING
+from memzoo.analysis.recipes import CEILING, NO_HEADROOM
 from memzoo.analysis.stats import REFERENCE
 
 MINUS = "−"
@@ -91,7 +91,7 @@ def lm_stream_table(rows: pd.DataFrame) -> str:
                                                  if method in ablation.index else "not measured")
         h = head.loc[method]
         status = h["headroom_status"]
-        if status.startswith("no headroom"):  # full above local: no ceiling to recover towards
+        if status == NO_HEADROOM:  # full above local: no ceiling to recover towards
             recovered = status
         elif method == CEILING:
             recovered = "1 (ceiling)"
