@@ -4,7 +4,9 @@ each on two cores ran about 40 times slower than one).
 
 Each running suite leaves a claim (its number of workers) in a folder of the temporary directory;
 a suite sizes its threads from the cores this process may use (`os.sched_getaffinity`), the other
-suites' claims and the load average, and each worker sizes them again when it starts (a suite started
+suites' claims and the cores other programs keep busy (sampled from /proc/stat, not the load average,
+which lags: a run started a minute before read as 0.9 and a worker of two threads then ran its
+steps six times slower beside it), and each worker sizes them again when it starts (a suite started
 at the same moment is then seen).
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -20,12 +23,12 @@ CLAIMS = Path(tempfile.gettempdir()) / "memzoo-workers"
 
 def share_threads(cores: int, jobs: int, other_workers: int, load: float) -> int:
     """Threads per worker for `jobs` workers on `cores` cores that other suites' `other_workers`
-    workers and a load average of `load` (other programs) already use: the free cores split evenly
-    among the jobs, at least 1 each. Each other worker or unit of load takes one core."""
+    workers and `load` busy cores (other programs, measured) already use: the free cores split evenly
+    among the jobs, at least 1 each. Each other worker, and each busy core to the nearest whole, takes one core."""
     if cores < 1 or jobs < 1 or other_workers < 0 or load < 0:
         raise ValueError(f"share_threads(cores={cores}, jobs={jobs}, other_workers={other_workers}, load={load}); "
                          f"expected cores >= 1, jobs >= 1, other_workers >= 0, load >= 0")
-    busy = max(other_workers, int(load))  # the load average counts the other suites' workers too
+    busy = max(other_workers, round(load))  # the busy cores count the other suites' workers too
     return max(1, (cores - busy) // jobs)
 
 
@@ -84,16 +87,49 @@ class Claim:
         self.path.unlink(missing_ok=True)
 
 
+def busy_from_stat(before: str, after: str, cpus: Optional[set[int]] = None) -> float:
+    """Cores busy between two readings of /proc/stat: the sum over its "cpuN" lines (those in `cpus`,
+    every one when None) of the share of time not idle (idle and iowait are idle)."""
+    def times(text: str) -> dict[int, tuple[int, int]]:
+        out = {}
+        for line in text.splitlines():
+            name, *values = line.split()
+            if name.startswith("cpu") and name[3:].isdigit():
+                v = [int(x) for x in values[:8]]  # user nice system idle iowait irq softirq steal
+                out[int(name[3:])] = (sum(v), v[3] + v[4])
+        return out
+    t0, t1 = times(before), times(after)
+    busy = 0.0
+    for cpu in t0.keys() & t1.keys():
+        elapsed, idle = t1[cpu][0] - t0[cpu][0], t1[cpu][1] - t0[cpu][1]
+        if (cpus is None or cpu in cpus) and elapsed > 0:
+            busy += 1.0 - idle / elapsed
+    return busy
+
+
+def busy_cores(interval: float = 0.25) -> float:
+    """Cores of this process's affinity that other programs keep busy now, sampled over `interval`
+    seconds from /proc/stat (this process sleeps meanwhile); the 1-minute load average where there is none."""
+    stat = Path("/proc/stat")
+    try:
+        cpus = os.sched_getaffinity(0)
+        before = stat.read_text()
+        time.sleep(interval)
+        return busy_from_stat(before, stat.read_text(), cpus)
+    except (OSError, ValueError, AttributeError):
+        return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
 def suite_threads(jobs: int, suite_pid: Optional[int] = None, warn: bool = True, count_load: bool = True) -> int:
     """Threads per worker now, from this machine's usable cores, the other suites' claims and (with
-    `count_load`; a worker's own suite is in it once running) the load average; one line on stderr
-    when the workers must share cores."""
+    `count_load`; a worker's own suite is in it once running) the cores other programs keep busy;
+    one line on stderr when the workers must share cores."""
     cores, others = usable_cores(), other_workers(me=suite_pid)
-    load = os.getloadavg()[0] if count_load and hasattr(os, "getloadavg") else 0.0
+    load = busy_cores() if count_load else 0.0
     threads = share_threads(cores, jobs, others, load)
-    if warn and threads * jobs + max(others, int(load)) > cores:
+    if warn and threads * jobs + max(others, round(load)) > cores:
         import sys
 
-        print(f"memzoo: {cores} usable cores, {others} workers of other suites and load {load:.1f}: "
+        print(f"memzoo: {cores} usable cores, {others} workers of other suites and {load:.1f} busy cores: "
               f"{jobs} worker(s) of {threads} thread(s) share them; expect less than full speed", file=sys.stderr)
     return threads
