@@ -251,7 +251,7 @@ def test_bad_longrange_stage_fails_before_training(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["quick", "presets", "paper-gpu", "longrange", "longrange-gpu", "longrange-answer-only",
-                                  "capacity", "babilong"])
+                                  "capacity", "babilong", "lm-stream", "lm-stream-sotu"])
 def test_shipped_suites_expand(name: str) -> None:
     """Every shipped suite resolves into valid run configs (and long-range stages) for every method
     (capacity-gpu's 1,656 runs take a minute to resolve, so it is left out here)."""
@@ -260,7 +260,8 @@ def test_shipped_suites_expand(name: str) -> None:
 
     in_tree = {m for m, spec in registered().items() if spec.cls.__module__.startswith("memzoo.memories.")}
     others = sorted(set(registered()) - in_tree)  # plugins other tests registered in this process
-    suite = load_suite(name, [f"exclude=[{','.join(others)}]"] if others else [])
+    every = ["methods=all"] if name.startswith("lm-stream") else []  # its file names local and full: expand every method
+    suite = load_suite(name, every + ([f"exclude=[{','.join(others)}]"] if others else []))
     specs = expand(suite)
     # capacity runs every method but infini-linear, the same model as infini-delta at its G = 1
     expected = in_tree - {"infini-linear"} if name == "capacity" else in_tree
@@ -280,6 +281,10 @@ def test_shipped_suites_expand(name: str) -> None:
         assert max(max(c.task.lengths) for s in specs for c in s.chain[1:]) == 1024
         assert max(length_bytes(n) for st in stages for n in st.lengths) == 16 * 1024
         assert [st.reset_before_question for st in stages] == [False, True] and all(st.data == "generate" for st in stages)
+    elif name.startswith("lm-stream"):  # from the shipped backbone, state carried, the memory ablation as its stage
+        assert all(s.pretrain is None and s.cfg.task.init_from == "backbone:small-stdlib" and s.cfg.train.carry_state
+                   for s in specs)
+        assert [st.task for st in stages] == ["memory-ablation"]
     else:
         assert all(s.pretrain is None for s in specs) and stages == []
 

@@ -27,7 +27,7 @@ TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segmen
 
 def test_every_kind_is_registered_once_with_its_config_and_command() -> None:
     known = evaluations()
-    assert list(known)[:5] == ["lm", "passkey", "recall", "distance", "babilong"]
+    assert list(known)[:6] == ["lm", "memory-ablation", "passkey", "recall", "distance", "babilong"]
     for name, evaluation in known.items():
         assert evaluation.config(task=name).task == name, f"{name}: its config does not take its own name"
     commands = {a for action in build_parser()._subparsers._group_actions for a in action.choices}
@@ -37,7 +37,7 @@ def test_every_kind_is_registered_once_with_its_config_and_command() -> None:
 def test_a_longrange_entry_is_its_kinds_config_and_a_bad_one_is_named() -> None:
     assert type(evaluation_config({"task": "distance", "gaps": [1, 2]})).__name__ == "DistanceConfig"
     assert evaluation_config({"lengths": [4096]}).task == "passkey"  # no task: passkey, as before the registry
-    with pytest.raises(ConfigError, match="task='nope' is not registered; registered: lm, passkey, recall"):
+    with pytest.raises(ConfigError, match="task='nope' is not registered; registered: lm, memory-ablation, passkey, recall"):
         evaluation_config({"task": "nope"})
     with pytest.raises(ConfigError, match="task='lm' runs at the end of training"):
         evaluation_config({"task": "lm"})

@@ -47,3 +47,32 @@ def test_the_ablation_needs_the_runs_own_evaluation_first(tmp_path: Path) -> Non
     run = train(config(tmp_path, "xl", "name=xl", "train.steps=2"), progress=False, evaluate_at_end=False)
     with pytest.raises(FileNotFoundError, match="has no result.json"):
         evaluate_folder(run, LmEvalConfig(reset_memory=True), progress=False)
+
+
+def test_a_suite_measures_the_ablation_as_a_stage_and_resumes_it(tmp_path: Path) -> None:
+    """`longrange: [{task: memory-ablation}]`: each run's SPLIT_bpb_reset reaches the suite's table, equal
+    to the reset evaluation done by hand; a finished ablation is kept, not measured again."""
+    from test_compare import write_suite
+
+    from memzoo.suites.compare import load_suite, run_suite
+
+    suite = load_suite(str(write_suite(tmp_path, """
+        methods: [local, xl]
+        seeds: [0]
+        token_budget: 768
+        jobs: 1
+        longrange: [{task: memory-ablation}]
+    """)))
+    table = run_suite(suite, progress=False).set_index("method")
+    runs = tmp_path / "results" / "tiny" / "runs"
+    cfg, model = load_run(runs / "xl-s0")
+    by_hand = evaluate_run(cfg, model.eval(), progress=False, reset_memory=True)
+    assert table.loc["xl", "valid_bpb_reset"] == pytest.approx(by_hand["bpb"], rel=1e-9)
+    assert abs(table.loc["xl", "valid_bpb_reset"] - table.loc["xl", "valid_bpb"]) > 1e-4  # XL reads its cache
+    assert table.loc["local", "valid_bpb_reset"] == pytest.approx(table.loc["local", "valid_bpb"], rel=1e-9)
+
+    stamp = (runs / "xl-s0" / "eval-valid-reset.json").stat().st_mtime_ns
+    (runs / "xl-s0" / "longrange-done.json").unlink()
+    run_suite(suite, progress=False)
+    assert (runs / "xl-s0" / "eval-valid-reset.json").stat().st_mtime_ns == stamp, "a done ablation was measured again"
+    assert (runs / "xl-s0" / "longrange-done.json").is_file()

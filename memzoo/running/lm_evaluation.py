@@ -1,7 +1,10 @@
 """The language-model evaluation as a registered kind (`memzoo eval RUN_DIR`): bits per byte over a
 split's documents, overall and by segment index, with throughput and peak memory
 (memzoo.running.evaluate), written into the run's result.json. Training runs it at its end, so a
-suite never lists it as a long-range stage; its table columns are bpb by segment and the gates."""
+suite never lists it as a long-range stage; its table columns are bpb by segment and the gates.
+
+`memory-ablation`, the same evaluation with the state reset before every segment, is a suite stage
+(`longrange: [{task: memory-ablation}]`), so that a suite measures what each memory buys by itself."""
 from __future__ import annotations
 
 import argparse
@@ -37,6 +40,38 @@ def evaluate_folder(run_dir: str | Path, cfg: LmEvalConfig, resume: bool = True,
     run_cfg, model = load_run(run_dir, device=None)  # --device, else the run's train.device (eval_device)
     return [write_result(Path(run_dir), run_cfg, model, evaluate_run(run_cfg, model, split=cfg.split, progress=progress,
                                                                      reset_memory=cfg.reset_memory))]
+
+
+@dataclass
+class MemoryAblationConfig:
+    """The memory ablation as a suite stage: the split (None: the run's own eval.split) evaluated with
+    the state reset before every segment, merged into result.json as SPLIT_bpb_reset columns."""
+
+    task: str = "memory-ablation"
+    split: Optional[str] = None
+    threads: int = 0  # torch threads; 0 = torch's default
+
+    def __post_init__(self) -> None:
+        if self.split is not None and self.split not in SPLITS:
+            raise ValueError(f"split={self.split!r}; expected one of {', '.join(SPLITS)}")
+
+
+def ablate_folder(run_dir: str | Path, cfg: MemoryAblationConfig, resume: bool = True, progress: bool = True) -> list[dict]:
+    """The run's result.json row with SPLIT_bpb_reset: measured, unless `resume` finds it there already."""
+    import torch
+
+    from memzoo.running.checkpoints import load_run
+    from memzoo.running.evaluate import evaluate_run, write_result
+
+    run_cfg, model = load_run(run_dir, device=None)
+    result = Path(run_dir) / "result.json"
+    row = json.loads(result.read_text()) if result.is_file() else {}
+    if resume and f"{cfg.split or run_cfg.eval.split}_bpb_reset" in row:
+        return [row]
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    return [write_result(Path(run_dir), run_cfg, model,
+                         evaluate_run(run_cfg, model, split=cfg.split, progress=progress, reset_memory=True))]
 
 
 def print_summary(result: dict[str, Any]) -> None:
@@ -76,3 +111,5 @@ register_evaluation(Evaluation(
     Command("evaluate a run folder", _arguments, lambda args: {"split": args.split, "reset_memory": args.reset_memory}, dict, [], "",
             print_rows=_print_rows, name="eval"),
     columns=table_columns, in_suite=False))
+
+register_evaluation(Evaluation("memory-ablation", MemoryAblationConfig, ablate_folder))
