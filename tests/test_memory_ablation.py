@@ -55,6 +55,7 @@ def test_a_suite_measures_the_ablation_as_a_stage_and_resumes_it(tmp_path: Path)
     from test_compare import write_suite
 
     from memzoo.suites.compare import load_suite, run_suite
+    from memzoo.suites.report import write_report
 
     suite = load_suite(str(write_suite(tmp_path, """
         methods: [local, xl]
@@ -70,6 +71,13 @@ def test_a_suite_measures_the_ablation_as_a_stage_and_resumes_it(tmp_path: Path)
     assert table.loc["xl", "valid_bpb_reset"] == pytest.approx(by_hand["bpb"], rel=1e-9)
     assert abs(table.loc["xl", "valid_bpb_reset"] - table.loc["xl", "valid_bpb"]) > 1e-4  # XL reads its cache
     assert table.loc["local", "valid_bpb_reset"] == pytest.approx(table.loc["local", "valid_bpb"], rel=1e-9)
+
+    row = json.loads((runs / "xl-s0" / "result.json").read_text())
+    buys = [(sum(b * t for b, t in zip(row[key][1:], row["tokens_by_segment"][1:])) / sum(row["tokens_by_segment"][1:]))
+            for key in ("valid_bpb_by_segment_reset", "bpb_by_segment")]  # bits per byte on segments >= 1
+    md, _ = write_report(tmp_path / "results" / "tiny")
+    section = md.read_text().split("## What each memory buys: its state reset before every segment, minus read")[1]
+    assert f"| xl | 1 | {buys[0] - buys[1]:+.3f} |" in section and "| local | 1 | +0.000 |" in section
 
     stamp = (runs / "xl-s0" / "eval-valid-reset.json").stat().st_mtime_ns
     (runs / "xl-s0" / "longrange-done.json").unlink()

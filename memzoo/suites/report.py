@@ -18,7 +18,7 @@ import pandas as pd
 from memzoo.analysis import (bpb_by_segment, capacity_curves, capacity_table, capacity_thresholds, cost_per_method,
                              cost_vs_length, footprint_vs_bpb, footprint_vs_gain, gain_by_segment, gate_heatmaps,
                              headroom_recovered, is_capacity_table, length_cost_table, load_results, longrange_table,
-                             memory_gain, passkey_heatmaps, summary_table)
+                             memory_ablation, memory_gain, passkey_heatmaps, summary_table)
 from memzoo.analysis.babilong import babilong_curves, babilong_summary, is_babilong_table
 from memzoo.analysis.distance import (distance_curves, distance_reach, distance_summary, distance_versus,
                                       is_distance_table)
@@ -237,6 +237,17 @@ def gain_display(df: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={"bpb_after": "bpb, segments >= 1"})
 
 
+def ablation_display(df: pd.DataFrame) -> pd.DataFrame:
+    """What each memory buys in its own weights as printed (memory_ablation: reset minus read on segments
+    >= 1, mean over seeds ± the 95% t interval, none with one seed)."""
+    table = memory_ablation(df)
+    return pd.DataFrame({
+        "method": table["method"], "seeds": table["seeds"],
+        "memory buys (reset - read)": [f"{g:+.3f} ± {c:.3f}" if pd.notna(c) else f"{g:+.3f}"
+                                       for g, c in zip(table["memory_gain"], table["ci"])],
+    })
+
+
 def headroom_display(df: pd.DataFrame) -> pd.DataFrame:
     """Headroom recovered per method as printed: the ratio with its Fieller interval (or why there is
     none), beside the segment-0 difference from local."""
@@ -375,6 +386,12 @@ def write_report(results_dir: str | Path, figures: bool = True) -> tuple[Path, P
                          "(unbounded where full - local is not distinguishable from 0, undefined where they are "
                          "equal); \"vs local, segment 0\": the difference before any memory is read (a mixer's gain).")
             sections.insert(2, ("Headroom recovered between local (0) and full (1), segments >= 1", headroom))
+        ablation = ablation_display(df)
+        if not ablation.empty:
+            notes.append("memory buys: bits per byte on segments >= 1 with the state reset before every segment minus "
+                         "with it (the memory-ablation stage), the same trained model; positive: reading the memory helps.")
+            sections.insert(1 + (not gain.empty) + (not headroom.empty),
+                            ("What each memory buys: its state reset before every segment, minus read (segments >= 1)", ablation))
         sections.insert(len(sections), ("Summary, unpaired (Welch), for comparison", summary_display(df, paired=False)))
     if params:
         notes.append(f"Parameter counts span {min(params['counts'].values()):,} to {max(params['counts'].values()):,} "
