@@ -18,6 +18,12 @@ from memzoo.running.evaluations import Command, Evaluation, register_evaluation
 SPLITS = ("train", "valid", "test")
 
 
+def check_split(split: Optional[str]) -> None:
+    """A split option: None (the run's own eval.split) or one of SPLITS."""
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"split={split!r}; expected one of {', '.join(SPLITS)}")
+
+
 @dataclass
 class LmEvalConfig:
     """Which split to evaluate (None: the run's own eval.split); reset_memory: the memory ablation
@@ -28,8 +34,7 @@ class LmEvalConfig:
     reset_memory: bool = False
 
     def __post_init__(self) -> None:
-        if self.split is not None and self.split not in SPLITS:
-            raise ValueError(f"split={self.split!r}; expected one of {', '.join(SPLITS)}")
+        check_split(self.split)
 
 
 def evaluate_folder(run_dir: str | Path, cfg: LmEvalConfig, resume: bool = True, progress: bool = True) -> list[dict]:
@@ -52,22 +57,21 @@ class MemoryAblationConfig:
     threads: int = 0  # torch threads; 0 = torch's default
 
     def __post_init__(self) -> None:
-        if self.split is not None and self.split not in SPLITS:
-            raise ValueError(f"split={self.split!r}; expected one of {', '.join(SPLITS)}")
+        check_split(self.split)
 
 
 def ablate_folder(run_dir: str | Path, cfg: MemoryAblationConfig, resume: bool = True, progress: bool = True) -> list[dict]:
     """The run's result.json row with SPLIT_bpb_reset: measured, unless `resume` finds it there already."""
     import torch
 
-    from memzoo.running.checkpoints import load_run
+    from memzoo.running.checkpoints import load_run, run_config
     from memzoo.running.evaluate import evaluate_run, write_result
 
-    run_cfg, model = load_run(run_dir, device=None)
     result = Path(run_dir) / "result.json"
     row = json.loads(result.read_text()) if result.is_file() else {}
-    if resume and f"{cfg.split or run_cfg.eval.split}_bpb_reset" in row:
-        return [row]
+    if resume and f"{cfg.split or run_config(run_dir).eval.split}_bpb_reset" in row:
+        return [row]  # done: the model is not loaded
+    run_cfg, model = load_run(run_dir, device=None)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     return [write_result(Path(run_dir), run_cfg, model,
