@@ -251,7 +251,7 @@ def test_bad_longrange_stage_fails_before_training(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["quick", "presets", "paper-gpu", "longrange", "longrange-gpu", "longrange-answer-only",
-                                  "capacity", "babilong", "lm-stream", "lm-stream-sotu"])
+                                  "capacity", "babilong", "lm-stream", "lm-stream-sotu", "lm-stream-gpu"])
 def test_shipped_suites_expand(name: str) -> None:
     """Every shipped suite resolves into valid run configs (and long-range stages) for every method
     (capacity-gpu's 1,656 runs take a minute to resolve, so it is left out here)."""
@@ -287,6 +287,30 @@ def test_shipped_suites_expand(name: str) -> None:
         assert [st.task for st in stages] == ["memory-ablation"]
     else:
         assert all(s.pretrain is None for s in specs) and stages == []
+
+
+def test_the_gpu_stream_suite_is_lm_stream_at_a_larger_budget() -> None:
+    """lm-stream-gpu changes only the batch, the steps, the precision and the device: each of its runs is
+    lm-stream's run of the same method and seed in every other key (backbone, carried state, evaluation)."""
+    from omegaconf import OmegaConf
+
+    cpu = {(s.method, s.seed): s.cfg for s in expand(load_suite("lm-stream", ["methods=all"]))}
+    gpu = expand(load_suite("lm-stream-gpu"))
+    assert {s.method for s in gpu} >= {"local", "full"}
+    scaled = {"train.batch_size": 32, "train.steps": 800, "train.precision": "bf16", "train.device": "cuda",
+              "train.checkpoint_every": 200, "train.log_every": 50, "eval.batch_size": 16}
+    for spec in gpu:
+        mine = OmegaConf.to_container(spec.cfg)
+        theirs = OmegaConf.to_container(cpu[(spec.method, spec.seed)])
+        for key, value in scaled.items():
+            group, name = key.split(".")
+            assert mine[group].pop(name) == value, (spec.name, key)
+            theirs[group].pop(name)
+        for key in ("out_dir", "log"):  # where the run is written and the tracker group: the suite's name
+            mine.pop(key), theirs.pop(key)
+        assert mine == theirs, spec.name
+    # 8x lm-stream's training bytes a run
+    assert 800 * 32 == 8 * cpu[("full", 0)].train.steps * cpu[("full", 0)].train.batch_size
 
 
 @pytest.mark.parametrize("name", ["longrange", "longrange-gpu"])

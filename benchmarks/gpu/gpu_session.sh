@@ -8,12 +8,14 @@
 #   3. once the GPU is free: benchmarks/gpu/gpu.py (paper-gpu tokens/s per method, ratios to local).
 # Usage: OUT=dir bash benchmarks/gpu/gpu_session.sh. PYTHON=python3 by default. Wheels the GPU image lacks
 # (omegaconf; fla-core for the fused kernels) are installed from .whl/ when present (docs/scaling.md).
-# LM_OVERRIDES adds suite overrides (e.g. token_budget=16384000 for 500 steps a run; the suite's 800
+# LM_SUITE picks the bits-per-byte suite (default lm-gpu; lm-stream-gpu is lm-stream's protocol at a GPU
+# budget, 36 runs: give it LM_SECONDS of a whole lease). LM_OVERRIDES adds suite overrides (e.g. token_budget=16384000 for 500 steps a run; the suite's 800
 # because at 500 full had not yet overtaken local on an H100, 2026-11-26). Each stage has its own time limit; whatever was measured lands in $OUT even when one fails.
 set -u
 OUT=${OUT:-results/gpu-session}
 PY=${PYTHON:-python3}
 R=gpu-session
+LM_SUITE=${LM_SUITE:-lm-gpu}
 mkdir -p "$OUT" "$R"
 if ls .whl/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -26,8 +28,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
 $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
 $PY -c "import fla; print('fla', fla.__version__)" 2>&1 | tail -1
 
-log "1. lm-gpu in the background: 15 runs sharing the GPU"
-timeout -k 10 "${LM_SECONDS:-420}" $PY -m memzoo compare lm-gpu out_dir="$R" ${LM_OVERRIDES:-} --jobs "${LM_JOBS:-15}" > "$R/lm.log" 2>&1 &
+log "1. $LM_SUITE in the background: its runs sharing the GPU"
+timeout -k 10 "${LM_SECONDS:-420}" $PY -m memzoo compare "$LM_SUITE" out_dir="$R" ${LM_OVERRIDES:-} --jobs "${LM_JOBS:-15}" > "$R/lm.log" 2>&1 &
 LM=$!
 
 log "2a. cuDNN attention backward against math"
@@ -37,18 +39,18 @@ timeout -k 5 200 $PY benchmarks/gpu/cuda_check.py --out "$R"
 log "2c. fla's DeltaNet kernels against the PyTorch chunkwise form"
 timeout -k 5 90 $PY benchmarks/gpu/fla_speed.py --rounds 3 --out "$R"
 
-log "waiting for lm-gpu"
-wait $LM; echo "lm-gpu exit $?"
-pkill -f "memzoo compare lm-gpu" 2>/dev/null; pkill -f "multiprocessing.spawn" 2>/dev/null; sleep 2
+log "waiting for $LM_SUITE"
+wait $LM; echo "$LM_SUITE exit $?"
+pkill -f "memzoo compare $LM_SUITE" 2>/dev/null; pkill -f "multiprocessing.spawn" 2>/dev/null; sleep 2
 tail -12 "$R/lm.log"
-$PY -m memzoo compare lm-gpu out_dir="$R" ${LM_OVERRIDES:-} --collect 2>&1 | tail -20
+$PY -m memzoo compare "$LM_SUITE" out_dir="$R" ${LM_OVERRIDES:-} --collect 2>&1 | tail -20
 
 log "3. benchmarks/gpu/gpu.py (paper-gpu backbone, bf16, 3 timed steps a method; DeltaNets on both kernel paths)"
 timeout -k 5 "${GPU_SECONDS:-140}" $PY benchmarks/gpu/gpu.py --steps 3 --kernels torch,fla --max-seconds "${GPU_MAX:-110}" --out "$R"
 log "done"
 } 2>&1 | tee "$OUT/session.log"
-cp "$R"/lm-gpu/report.md "$OUT"/lm-report.md 2>/dev/null
-cp "$R"/lm-gpu/results.parquet "$OUT"/lm-results.parquet 2>/dev/null
+cp "$R/$LM_SUITE"/report.md "$OUT"/lm-report.md 2>/dev/null
+cp "$R/$LM_SUITE"/results.parquet "$OUT"/lm-results.parquet 2>/dev/null
 # rows, reports and logs only (checkpoints would pass the lease's 16 MB a file)
 tar czf "$OUT/results.tgz" --exclude='*.pt' --exclude='*.safetensors' --exclude='*.png' "$R" 2>/dev/null
 ls -la "$OUT"
