@@ -9,7 +9,7 @@
 # Usage: OUT=dir bash benchmarks/gpu/gpu_session.sh. PYTHON=python3 by default. Wheels the GPU image lacks
 # (omegaconf; fla-core for the fused kernels) are installed from .whl/ when present (docs/scaling.md).
 # LM_SUITE picks the bits-per-byte suite (default lm-gpu; lm-stream-gpu is lm-stream's protocol at a GPU
-# budget, 36 runs: give it LM_SECONDS of a whole lease). LM_OVERRIDES adds suite overrides (e.g. token_budget=16384000 for 500 steps a run; the suite's 800
+# budget, 18 runs: give it LM_SECONDS of a whole lease). LM_OVERRIDES adds suite overrides (e.g. token_budget=16384000 for 500 steps a run; the suite's 800
 # because at 500 full had not yet overtaken local on an H100, 2026-11-26). Each stage has its own time limit; whatever was measured lands in $OUT even when one fails.
 set -u
 OUT=${OUT:-results/gpu-session}

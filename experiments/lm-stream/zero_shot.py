@@ -28,7 +28,7 @@ RANGES = {"segment 0": (0, 1), "segments 1-3": (1, 4), "segments 4-7": (4, 8), "
 
 def step_zero_bpb(method: str, docs: int, suite: str = "lm-stream") -> np.ndarray:
     """Bits per byte by segment [S] of `method`'s seed-0 run of `suite`, backbone loaded, not trained."""
-    spec = next(s for s in expand(load_suite(suite, [f"methods=[{method}]", "seeds=[0]"])))
+    spec = expand(load_suite(suite, [f"methods=[{method}]", "seeds=[0]"]))[0]
     cfg = spec.cfg
     torch.manual_seed(cfg.seed)
     model = build_model(cfg)
