@@ -50,6 +50,38 @@ def test_resume_after_interruption_gives_the_same_weights(tmp_path: Path) -> Non
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
+class OnTheGpu:
+    """A checkpoint tensor as torch.load(map_location="cuda") leaves it: only .cpu() gives the tensor back."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def cpu(self) -> torch.Tensor:
+        return self.tensor
+
+
+def test_a_checkpoint_loaded_onto_the_gpu_resumes_with_its_rng_state(tmp_path: Path, monkeypatch) -> None:
+    """A CUDA run loads its checkpoint onto the GPU, RNG state included; torch.set_rng_state takes a CPU
+    tensor only (lm-stream-gpu's first resume failed so, H200 2026-11-27), so the state goes back first."""
+    import memzoo.running.train as train_module
+
+    straight = train(config(tmp_path, "infini-delta", "name=straight"), progress=False, evaluate_at_end=False)
+    cfg = config(tmp_path, "infini-delta", "name=moved")
+
+    def crash(step: int) -> None:
+        if step == 2:
+            raise Interrupt()
+
+    with pytest.raises(Interrupt):
+        train(cfg, on_step=crash, progress=False, evaluate_at_end=False)
+    real = train_module.load_checkpoint
+    monkeypatch.setattr(train_module, "load_checkpoint",
+                        lambda run_dir, device="cpu": {**(c := real(run_dir, device)), "rng": OnTheGpu(c["rng"])})
+    resumed = train(cfg, progress=False, evaluate_at_end=False)
+    a, b = load_checkpoint(straight)["model"], load_checkpoint(resumed)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_interruption_inside_a_step_resumes_exactly_with_dropout(tmp_path: Path, monkeypatch) -> None:
     """Cut off in the middle of step 4 (inside the forward/backward): the checkpoint holds the weights
     and RNG of 3 completed steps, and resuming reproduces an uninterrupted run with dropout on."""

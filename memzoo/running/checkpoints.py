@@ -20,12 +20,30 @@ def _atomic_save(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def rng_states(device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """The random states a training step draws from: the CPU generator's (batches, initialisation)
+    and, on CUDA, the device's (dropout there), to save with a checkpoint and restore on resume."""
+    states = {"rng": torch.get_rng_state()}
+    if torch.device(device).type == "cuda":
+        states["cuda_rng"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def restore_rng_states(ckpt: dict[str, Any], device: str | torch.device = "cpu") -> None:
+    """Set the generators from a checkpoint's rng_states. Each goes back to the CPU first: a checkpoint
+    loaded with map_location=cuda holds them on the GPU, where torch.set_rng_state refuses them."""
+    torch.set_rng_state(ckpt["rng"].cpu())
+    if "cuda_rng" in ckpt and torch.device(device).type == "cuda":
+        torch.cuda.set_rng_state(ckpt["cuda_rng"].cpu(), device)
+
+
 def save_checkpoint(run_dir: Path, model: MemoryModel, optimizer: torch.optim.Optimizer, step: int,
-                    rng: Optional[torch.Tensor] = None, carried: Optional[ModelState] = None) -> None:
-    """Atomically write the state after `step` completed steps (rng: the RNG state to resume with;
-    carried: the memory state train.carry_state carries into the next step)."""
+                    rng: Optional[dict[str, torch.Tensor]] = None, carried: Optional[ModelState] = None,
+                    device: str | torch.device = "cpu") -> None:
+    """Atomically write the state after `step` completed steps (rng: the rng_states to resume with,
+    now's on `device` when None; carried: the memory state train.carry_state carries into the next step)."""
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-            "rng": torch.get_rng_state() if rng is None else rng}
+            **(rng_states(device) if rng is None else rng)}
     if carried is not None:
         ckpt["carried"] = {"layers": carried.layers, "model": carried.model}
     _atomic_save(ckpt, run_dir / "checkpoint.pt")

@@ -26,7 +26,8 @@ from memzoo.data.tasks import TaskSampler
 from memzoo.running import distributed as dist
 from memzoo.running.capacity import write_capacity_result
 from memzoo.running.backbones import is_shipped, load_shipped_backbone
-from memzoo.running.checkpoints import carried_state, load_backbone, load_checkpoint, load_run_weights, save_checkpoint
+from memzoo.running.checkpoints import (carried_state, load_backbone, load_checkpoint, load_run_weights, restore_rng_states,
+                                        rng_states, save_checkpoint)
 from memzoo.running.configure import build_model, run_device, saved_run_config
 from memzoo.running.evaluate import evaluate_run, gate_values, precision_columns, write_result
 from memzoo.running.mixing import corpus_batches, mixed_window
@@ -114,7 +115,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        torch.set_rng_state(ckpt["rng"])
+        restore_rng_states(ckpt, device)
         step = int(ckpt["step"])
         carried = carried_state(ckpt, device) if tc.carry_state else None
 
@@ -144,11 +145,11 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
                dynamic_ncols=True)
     model.train()
     in_update = False  # True while optimizer.step() may have changed some parameters but not all
-    rng_at_step_start: Optional[torch.Tensor] = None  # None between steps
+    rng_at_step_start: Optional[dict[str, torch.Tensor]] = None  # None between steps
     t_last, tokens_since = time.perf_counter(), 0
     try:
         while step < tc.steps:
-            rng_at_step_start = torch.get_rng_state()
+            rng_at_step_start = rng_states(device)
             batch = dist.shard_rows(sample(step), rank).to(device)
             lr = lr_at(step, tc)
             for group in optimizer.param_groups:
@@ -197,7 +198,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
                     tracker.log(step, row if lm_bpb is None else {**row, "lm_bpb": lm_bpb})  # train_bpb: the task's
                     t_last, tokens_since = now, 0
                 if tc.checkpoint_every and step % tc.checkpoint_every == 0:
-                    save_checkpoint(run_dir, model, optimizer, step, carried=carried)
+                    save_checkpoint(run_dir, model, optimizer, step, carried=carried, device=device)
                 if tc.eval_every and step % tc.eval_every == 0 and step < tc.steps:
                     ev = evaluate_run(cfg, model, progress=False)
                     tracker.log(step, {"valid_bpb": ev["bpb"]})
@@ -209,14 +210,14 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
         # Keep what was done: the weights are those of the last completed step (a step cut off
         # inside optimizer.step() is not saved; the previous checkpoint stands).
         if step > 0 and not in_update and rank.is_main:
-            save_checkpoint(run_dir, model, optimizer, step, rng=rng_at_step_start, carried=carried)
+            save_checkpoint(run_dir, model, optimizer, step, rng=rng_at_step_start, carried=carried, device=device)
         tracker.close()
         raise
     finally:
         bar.close()
     try:
         if rank.is_main:
-            save_checkpoint(run_dir, model, optimizer, step, carried=carried)
+            save_checkpoint(run_dir, model, optimizer, step, carried=carried, device=device)
             if evaluate_at_end and cfg.task.name == "recall" and cfg.task.gap_segments:
                 row = write_capacity_result(run_dir, cfg, model)  # recall across segments is scored by recall, not bpb
             elif evaluate_at_end:
