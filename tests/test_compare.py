@@ -298,7 +298,7 @@ def test_the_gpu_stream_suite_is_lm_stream_at_a_larger_budget() -> None:
     gpu = expand(load_suite("lm-stream-gpu"))
     assert {s.method for s in gpu} >= {"local", "full"}
     scaled = {"train.batch_size": 32, "train.steps": 800, "train.precision": "bf16", "train.device": "cuda",
-              "train.checkpoint_every": 200, "train.log_every": 50, "eval.batch_size": 16}
+              "train.checkpoint_every": 100, "train.log_every": 50, "eval.batch_size": 16}
     for spec in gpu:
         mine = OmegaConf.to_container(spec.cfg)
         theirs = OmegaConf.to_container(cpu[(spec.method, spec.seed)])

@@ -8,7 +8,10 @@ segment index. Per step, per method and per range of segments, this prints the p
 
 At the last step it also prints each method's memory ablation (bits per byte with the state reset
 before every segment minus with it, segments >= 1), for the runs evaluated with
-`memzoo eval RUN --reset-memory`, and headroom recovered.
+`memzoo eval RUN --reset-memory`, and headroom recovered. Where runs were cut off before their end
+(a GPU lease), headroom recovered is also given at the last step every run has evaluated
+(`--step` picks another), so that methods are compared at equal training (headroom.csv, and
+headroom.md beside each method's segment-0 and segments >= 1 differences there).
 """
 from __future__ import annotations
 
@@ -49,6 +52,30 @@ def curve_rows(folder: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def common_step(rows: pd.DataFrame) -> int:
+    """The last step every run (method and seed) has evaluated: where a cut-off suite compares alike."""
+    return int(rows.groupby(["method", "seed"])["step"].max().min())
+
+
+def step_table(table: pd.DataFrame, headroom: pd.DataFrame, step: int) -> str:
+    """Per method at one step: the difference from `local` on segment 0 and on segments >= 1 (paired over
+    seeds, 95% t half-width) beside headroom recovered with its 95% interval, best first."""
+    at = table[table["step"] == step].set_index(["method", "range"])
+    rows = []
+    for _, h in headroom.iterrows():
+        cells = []
+        for rng in ("segment 0", "segments >= 1"):
+            d = at.loc[(h["method"], rng)]
+            cells.append("ref" if h["method"] == "local" else f"{d['diff_vs_local']:+.3f} ± {d['ci']:.3f}")
+        if h["headroom_status"] == "bounded":
+            share = f"{h['headroom']:.2f} [{h['headroom_lo']:.2f}, {h['headroom_hi']:.2f}]"
+        else:
+            share = f"{h['headroom']:.2f} ({h['headroom_status']})" if h["headroom"] == h["headroom"] else h["headroom_status"]
+        rows.append([f"`{h['method']}`", str(int(h["runs"])), *cells, share])
+    return markdown(["method", "seeds", f"vs local, segment 0 (step {step})", f"vs local, segments ≥ 1 (step {step})",
+                     f"headroom recovered (step {step})"], rows)
+
+
 def curve_table(table: pd.DataFrame, method: str) -> str:
     """Steps down, ranges across: `method - local` as mean ± half-width."""
     sub = table[table["method"] == method]
@@ -63,8 +90,10 @@ def main() -> None:
     ap.add_argument("folder", type=Path, help="the suite's folder (holding runs/*/result.json)")
     ap.add_argument("--out", type=Path, help="write curve.csv (and curve.png with --plot) here")
     ap.add_argument("--plot", action="store_true")
+    ap.add_argument("--step", type=int, help="headroom recovered at this step (default: the last step every run reached)")
     args = ap.parse_args()
-    table = range_differences(curve_rows(args.folder), RANGES, keys=("method", "step"))
+    rows = curve_rows(args.folder)
+    table = range_differences(rows, RANGES, keys=("method", "step"))
     text = []
     for method in sorted(set(table["method"]) - {"local"}):
         seeds = int(table[table["method"] == method]["seeds"].max())
@@ -80,8 +109,16 @@ def main() -> None:
     if not headroom.empty:
         print("\nheadroom recovered at the last step (segments >= 1):\n")
         print(headroom.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    step = args.step if args.step is not None else common_step(rows)
+    at_step = headroom_recovered(rows[rows["step"] == step])
+    if not at_step.empty:
+        print(f"\nheadroom recovered at step {step}, every run's evaluation there (segments >= 1):\n")
+        print(at_step.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
+        if not at_step.empty:
+            at_step.assign(step=step).to_csv(args.out / "headroom.csv", index=False)
+            (args.out / "headroom.md").write_text(step_table(table, at_step, step) + "\n")
         table.to_csv(args.out / "curve.csv", index=False)
         (args.out / "curve.md").write_text("\n".join(text))
         if not ablation.empty:
