@@ -44,7 +44,8 @@ timeout -k 5 60 $PY benchmarks/gpu/resume_check.py --out "$R"
 
 log "waiting for $LM_SUITE"
 wait $LM; echo "$LM_SUITE exit $?"
-pkill -f "memzoo compare $LM_SUITE" 2>/dev/null; pkill -f "multiprocessing.spawn" 2>/dev/null; sleep 2
+# [m]: the pattern never matches a shell whose own command line holds it (a one-line command that runs this)
+pkill -f "[m]emzoo compare $LM_SUITE" 2>/dev/null; pkill -f "[m]ultiprocessing.spawn" 2>/dev/null; sleep 2
 tail -12 "$R/lm.log"
 $PY -m memzoo compare "$LM_SUITE" out_dir="$R" ${LM_OVERRIDES:-} --collect 2>&1 | tail -20
 
