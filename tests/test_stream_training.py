@@ -54,6 +54,46 @@ def test_windows_follow_each_document_from_its_first_byte(cap) -> None:
     assert len({tuple(r) for r in rows}) > 1, "rows must read their own documents"
 
 
+def test_random_starts_read_full_stretches_from_anywhere_in_a_document() -> None:
+    """doc_start="random": each read is `cap` consecutive segments of one document (all of it when
+    shorter), beginning at a segment boundary that is not always the first, with the reset flag and
+    seg_index 0 at the read's first segment."""
+    gen = torch.Generator().manual_seed(0)  # bytes drawn at random: no stretch of one document is in another
+    docs = [Document(f"r{i}", bytes(torch.randint(0, 256, (9 + 8 * i,), generator=gen).tolist())) for i in range(5)]
+    cap = 3
+    sampler = StreamSampler(docs, N, seed=1, max_doc_segments=cap, doc_start="random")
+    rows = read_rows(sampler, steps=40, batch=3, window=4)
+    starts = set()
+    for row in rows:
+        for read in row[:-1]:
+            where = [(d.data, o) for d in docs for o in range(0, len(d.data), N) if d.data[1 + o:1 + o + len(read)] == read]
+            assert where, "a read is not a contiguous stretch of one document from a segment boundary"
+            data, offset = where[0]
+            assert len(read) == min(len(data) - 1 - offset, cap * N) == min(len(data) - 1, cap * N), "not a full read"
+            starts.add(offset)
+    assert max(starts) > 0 and 0 in starts
+    b = StreamSampler(docs, N, seed=1, max_doc_segments=cap, doc_start="random").sample(0, 3, 4)
+    assert torch.equal(b.reset, b.seg_index == 0)
+    assert int(b.seg_index.max()) < cap
+
+
+def test_first_starts_are_the_reads_from_before_the_option() -> None:
+    """The default reads exactly what a sampler without doc_start read (shipped rows stay reproducible)."""
+    a = StreamSampler(documents(), N, seed=2, max_doc_segments=3).sample(5, 3, 4)
+    b = StreamSampler(documents(), N, seed=2, max_doc_segments=3, doc_start="first").sample(5, 3, 4)
+    for name in ("tokens", "targets", "mask", "reset", "seg_index"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    c = StreamSampler(documents(), N, seed=2, max_doc_segments=3, doc_start="random").sample(5, 3, 4)
+    assert not torch.equal(a.tokens, c.tokens)
+
+
+def test_a_bad_doc_start_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="doc_start='middle'; expected one of first, random"):
+        StreamSampler(documents(), N, seed=0, doc_start="middle")
+    with pytest.raises(ConfigError, match="doc_start='random' applies to train.carry_state=true only"):
+        train(config(tmp_path, "local", "train.doc_start=random"), progress=False, evaluate_at_end=False)
+
+
 def test_a_window_is_the_same_read_in_order_or_alone() -> None:
     docs = documents()
     ordered = StreamSampler(docs, N, seed=3)

@@ -87,6 +87,9 @@ class TrainConfig:
     # next, reset where a document starts, so memories train on states as old as evaluation reads
     carry_state: bool = False
     max_doc_segments: Optional[int] = None  # carry_state: segments read of each document (None: all of it)
+    # carry_state: where a read of a document starts: "first" (its first segment, as evaluation reads) or
+    # "random" (a segment drawn so the read is full length: long documents trained on beyond their head)
+    doc_start: str = "first"
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 30

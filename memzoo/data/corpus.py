@@ -242,47 +242,61 @@ class StreamSampler:
     training as in evaluation (truncated BPTT over a stream, as Transformer-XL and RMT train).
 
     Row b reads its own endless sequence of documents, each drawn at random (in proportion to its
-    segments, from a generator seeded by (seed, b, k) for the row's k-th document) and read from its
-    first segment, at most `max_doc_segments` segments of it (None: all). Step t's window is segments
+    segments, from a generator seeded by (seed, b, k) for the row's k-th document) and read for at most
+    `max_doc_segments` segments (None: to its end), from its first segment (doc_start "first", as
+    evaluation reads) or from one drawn at random among those that leave a full read ("random": every
+    stretch of a long document is trained on, not only its head). Step t's window is segments
     t*S .. t*S + S - 1 of that sequence, so consecutive steps are consecutive windows of the same
-    documents; a document's first segment carries the reset flag. Deterministic in (seed, step): a
-    resumed run reads exactly the windows it would have read (the carried state is the checkpoint's).
+    documents; a read's first segment carries the reset flag, and seg_index counts from it.
+    Deterministic in (seed, step): a resumed run reads exactly the windows it would have read (the
+    carried state is the checkpoint's).
     """
 
-    def __init__(self, docs: list[Document], segment_len: int, seed: int, max_doc_segments: Optional[int] = None):
+    DOC_STARTS = ("first", "random")
+
+    def __init__(self, docs: list[Document], segment_len: int, seed: int, max_doc_segments: Optional[int] = None,
+                 doc_start: str = "first"):
         if max_doc_segments is not None and max_doc_segments < 1:
             raise ConfigError(f"train.max_doc_segments={max_doc_segments}; expected a positive number of segments or null")
-        self.n, self.seed, self.cap = segment_len, seed, max_doc_segments
+        if doc_start not in self.DOC_STARTS:
+            raise ConfigError(f"train.doc_start={doc_start!r}; expected one of {', '.join(self.DOC_STARTS)}")
+        self.n, self.seed, self.cap, self.doc_start = segment_len, seed, max_doc_segments, doc_start
         self.docs, self.nseg = training_documents(docs, segment_len)
-        self._cursor: dict[int, tuple[int, int, int, int]] = {}  # row -> (k, doc, first segment of doc k, its length)
+        # row -> (k, doc, its first segment read, position of that read in the row's sequence, its length)
+        self._cursor: dict[int, tuple[int, int, int, int, int]] = {}
 
-    def _document(self, row: int, k: int) -> tuple[int, int]:
-        """The row's k-th document and the segments read of it."""
+    def _document(self, row: int, k: int) -> tuple[int, int, int]:
+        """The row's k-th read: (document, first segment read of it, segments read)."""
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + row) * 1_000_033 + k)
         doc = int(torch.multinomial(self.nseg, 1, generator=gen))
-        length = int(self.nseg[doc])
-        return doc, length if self.cap is None else min(length, self.cap)
+        total = int(self.nseg[doc])
+        length = total if self.cap is None else min(total, self.cap)
+        start = 0
+        if self.doc_start == "random" and total > length:  # every full read equally likely
+            start = int(torch.randint(0, total - length + 1, (1,), generator=gen))
+        return doc, start, length
 
-    def _locate(self, row: int, position: int) -> tuple[int, int]:
-        """(document, segment within it) at the row's `position`-th segment, walking forward from a cache."""
-        if row not in self._cursor or position < self._cursor[row][2]:  # first call, or an earlier step asked for
-            doc, length = self._document(row, 0)
-            self._cursor[row] = (0, doc, 0, length)
-        k, doc, first, length = self._cursor[row]
+    def _locate(self, row: int, position: int) -> tuple[int, int, int]:
+        """(document, first segment of the read, segment within the read) at the row's `position`-th
+        segment, walking forward from a cache."""
+        if row not in self._cursor or position < self._cursor[row][3]:  # first call, or an earlier step asked for
+            doc, start, length = self._document(row, 0)
+            self._cursor[row] = (0, doc, start, 0, length)
+        k, doc, start, first, length = self._cursor[row]
         while position >= first + length:
             k, first = k + 1, first + length
-            doc, length = self._document(row, k)
-        self._cursor[row] = (k, doc, first, length)
-        return doc, position - first
+            doc, start, length = self._document(row, k)
+        self._cursor[row] = (k, doc, start, first, length)
+        return doc, start, position - first
 
     def sample(self, step: int, batch_size: int, window_segments: int) -> Batch:
         out = _empty(batch_size, window_segments, self.n)
         for b in range(batch_size):
             for s in range(window_segments):
-                doc, j = self._locate(b, step * window_segments + s)
-                _fill_segment(out, b, s, self.docs[doc], j, self.n)
-                out["seg_index"][b, s] = j
-                out["reset"][b, s] = j == 0
+                doc, start, i = self._locate(b, step * window_segments + s)
+                _fill_segment(out, b, s, self.docs[doc], start + i, self.n)
+                out["seg_index"][b, s] = i
+                out["reset"][b, s] = i == 0
         return Batch(**out)
 
 

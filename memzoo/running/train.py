@@ -52,6 +52,9 @@ def build_optimizer(model: MemoryModel, tc: TrainConfig | DictConfig) -> torch.o
 def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
     """step -> training batch: corpus windows (task lm) or a synthetic task's examples."""
     tc = cfg.train
+    if tc.doc_start != "first" and not tc.carry_state:
+        raise ConfigError(f"train.doc_start={tc.doc_start!r} applies to train.carry_state=true only "
+                          "(windows that follow documents); set carry_state=true or leave it 'first'")
     if tc.max_doc_segments is not None and not tc.carry_state:
         raise ConfigError(f"train.max_doc_segments={tc.max_doc_segments} applies to train.carry_state=true only "
                           "(windows that follow documents); set carry_state=true or leave it null")
@@ -60,7 +63,8 @@ def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
                           "draws independent examples (use task.name=lm, or carry_state=false)")
     if cfg.task.name == "lm":
         docs = split_documents(load_documents(cfg.data), cfg.data)
-        sampler = (StreamSampler(docs["train"], cfg.model.segment_len, cfg.seed, tc.max_doc_segments) if tc.carry_state
+        sampler = (StreamSampler(docs["train"], cfg.model.segment_len, cfg.seed, tc.max_doc_segments, tc.doc_start)
+                   if tc.carry_state
                    else WindowSampler(docs["train"], cfg.model.segment_len, cfg.seed))
         return lambda step: sampler.sample(step, tc.batch_size, tc.window_segments)
     task_sampler = TaskSampler(cfg.task, cfg.model.segment_len, cfg.seed)
