@@ -10,7 +10,8 @@
 # Usage: OUT=dir bash benchmarks/gpu/gpu_session.sh. PYTHON=python3 by default. Wheels the GPU image lacks
 # (omegaconf; fla-core for the fused kernels) are installed from .whl/ when present (docs/scaling.md).
 # LM_SUITE picks the bits-per-byte suite (default lm-gpu; lm-stream-gpu is lm-stream's protocol at a GPU
-# budget, 18 runs: give it LM_SECONDS of a whole lease). LM_OVERRIDES adds suite overrides (e.g. token_budget=16384000 for 500 steps a run; the suite's 800
+# budget, 18 runs, about 10 minutes of one H200: CHECKS=0 leaves out stages 2 and 3, and a second call
+# on the same warm machine resumes the runs from their checkpoints). LM_JOBS overrides the suite's jobs. LM_OVERRIDES adds suite overrides (e.g. token_budget=16384000 for 500 steps a run; the suite's 800
 # because at 500 full had not yet overtaken local on an H100, 2026-11-26). Each stage has its own time limit; whatever was measured lands in $OUT even when one fails.
 set -u
 OUT=${OUT:-results/gpu-session}
@@ -30,9 +31,10 @@ $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton
 $PY -c "import fla; print('fla', fla.__version__)" 2>&1 | tail -1
 
 log "1. $LM_SUITE in the background: its runs sharing the GPU"
-timeout -k 10 "${LM_SECONDS:-420}" $PY -m memzoo compare "$LM_SUITE" out_dir="$R" ${LM_OVERRIDES:-} --jobs "${LM_JOBS:-15}" > "$R/lm.log" 2>&1 &
+timeout -k 10 "${LM_SECONDS:-420}" $PY -m memzoo compare "$LM_SUITE" out_dir="$R" ${LM_OVERRIDES:-} ${LM_JOBS:+--jobs $LM_JOBS} > "$R/lm.log" 2>&1 &
 LM=$!
 
+if [ "${CHECKS:-1}" != 0 ]; then
 log "2a. cuDNN attention backward against math"
 timeout -k 5 60 $PY benchmarks/gpu/cudnn_sdpa_check.py
 log "2b. fast paths on CUDA against the float64 CPU oracle"
@@ -41,6 +43,7 @@ log "2c. fla's DeltaNet kernels against the PyTorch chunkwise form"
 timeout -k 5 90 $PY benchmarks/gpu/fla_speed.py --rounds 3 --out "$R"
 log "2d. an interrupted run resumes on CUDA as an uninterrupted one ends"
 timeout -k 5 60 $PY benchmarks/gpu/resume_check.py --out "$R"
+fi
 
 log "waiting for $LM_SUITE"
 wait $LM; echo "$LM_SUITE exit $?"
@@ -48,9 +51,13 @@ wait $LM; echo "$LM_SUITE exit $?"
 pkill -f "[m]emzoo compare $LM_SUITE" 2>/dev/null; pkill -f "[m]ultiprocessing.spawn" 2>/dev/null; sleep 2
 tail -12 "$R/lm.log"
 $PY -m memzoo compare "$LM_SUITE" out_dir="$R" ${LM_OVERRIDES:-} --collect 2>&1 | tail -20
+case "$LM_SUITE" in lm-stream*)  # the curve against steps, and headroom where every run reached
+  $PY experiments/lm-stream/curve.py "$R/$LM_SUITE" --out "$R/curve" 2>&1 | tail -40 ;; esac
 
+if [ "${CHECKS:-1}" != 0 ]; then
 log "3. benchmarks/gpu/gpu.py (paper-gpu backbone, bf16, 3 timed steps a method; DeltaNets on both kernel paths)"
 timeout -k 5 "${GPU_SECONDS:-140}" $PY benchmarks/gpu/gpu.py --steps 3 --kernels torch,fla --max-seconds "${GPU_MAX:-110}" --out "$R"
+fi
 log "done"
 } 2>&1 | tee "$OUT/session.log"
 cp "$R/$LM_SUITE"/report.md "$OUT"/lm-report.md 2>/dev/null
