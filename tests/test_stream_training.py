@@ -70,17 +70,27 @@ def test_random_starts_read_full_stretches_from_anywhere_in_a_document() -> None
             assert where, "a read is not a contiguous stretch of one document from a segment boundary"
             data, offset = where[0]
             assert len(read) == min(len(data) - 1 - offset, cap * N) == min(len(data) - 1, cap * N), "not a full read"
-            starts.add(offset)
-    assert max(starts) > 0 and 0 in starts
+            starts.add((len(data), offset))
+    assert {0, N} <= {o for _, o in starts}
+    last = {(n, (((n - 1 + N - 1) // N) - cap) * N) for n, _ in starts}  # each long document's last full start
+    assert any(pair in starts for pair in last if pair[1] > 0), "the last full read is never drawn"
+    a, b = StreamSampler(docs, N, seed=1, max_doc_segments=cap, doc_start="random"), None
+    for step in range(7):
+        a.sample(step, 3, 4)
+    b = StreamSampler(docs, N, seed=1, max_doc_segments=cap, doc_start="random")
+    assert torch.equal(a.sample(7, 3, 4).tokens, b.sample(7, 3, 4).tokens)  # the same windows alone: resumable
     b = StreamSampler(docs, N, seed=1, max_doc_segments=cap, doc_start="random").sample(0, 3, 4)
     assert torch.equal(b.reset, b.seg_index == 0)
     assert int(b.seg_index.max()) < cap
 
 
 def test_first_starts_are_the_reads_from_before_the_option() -> None:
-    """The default reads exactly what a sampler without doc_start read (shipped rows stay reproducible)."""
+    """The default reads exactly what the sampler read before doc_start existed (shipped rows stay
+    reproducible): step 5's first byte and segment index per row, as the sampler of ea6882e gave them."""
     a = StreamSampler(documents(), N, seed=2, max_doc_segments=3).sample(5, 3, 4)
     b = StreamSampler(documents(), N, seed=2, max_doc_segments=3, doc_start="first").sample(5, 3, 4)
+    assert a.tokens[:, :, 0].tolist() == [[72, 64, 68, 72], [32, 36, 40, 64], [40, 16, 20, 24]]
+    assert a.seg_index.tolist() == [[2, 0, 1, 2], [0, 1, 2, 0], [2, 0, 1, 2]]
     for name in ("tokens", "targets", "mask", "reset", "seg_index"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
     c = StreamSampler(documents(), N, seed=2, max_doc_segments=3, doc_start="random").sample(5, 3, 4)

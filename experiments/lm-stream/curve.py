@@ -53,7 +53,8 @@ def curve_rows(folder: Path) -> pd.DataFrame:
 
 
 def common_step(rows: pd.DataFrame) -> int:
-    """The last step every run (method and seed) has evaluated: where a cut-off suite compares alike."""
+    """The last step every run (method and seed) with an evaluation has evaluated: where a cut-off suite
+    compares alike (a run cut off before its first evaluation has no row here and is not waited for)."""
     return int(rows.groupby(["method", "seed"])["step"].max().min())
 
 
@@ -67,7 +68,9 @@ def step_table(table: pd.DataFrame, headroom: pd.DataFrame, step: int) -> str:
         for rng in ("segment 0", "segments >= 1"):
             d = at.loc[(h["method"], rng)]
             cells.append("ref" if h["method"] == "local" else f"{d['diff_vs_local']:+.3f} ± {d['ci']:.3f}")
-        if h["headroom_status"] == "bounded":
+        if h["method"] in ("local", "full"):
+            share = "0 (floor)" if h["method"] == "local" else "1 (ceiling)"
+        elif h["headroom_status"] == "bounded":
             share = f"{h['headroom']:.2f} [{h['headroom_lo']:.2f}, {h['headroom_hi']:.2f}]"
         else:
             share = f"{h['headroom']:.2f} ({h['headroom_status']})" if h["headroom"] == h["headroom"] else h["headroom_status"]
