@@ -17,7 +17,7 @@ from memzoo.running.train import train
 import sys  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_train import Interrupt, config  # noqa: E402  (the small training config every training test uses)
+from test_train import config, cut_off_after  # noqa: E402  (the small training config every training test uses)
 
 N = 4  # segment length of the sampler tests
 
@@ -144,13 +144,7 @@ def test_resume_with_a_carried_state_gives_the_same_weights(tmp_path: Path, meth
     extra = ("train.carry_state=true", "train.max_doc_segments=6")
     straight = train(config(tmp_path, method, "name=straight", *extra), progress=False, evaluate_at_end=False)
     cfg = config(tmp_path, method, "name=broken", *extra)
-
-    def crash(step: int) -> None:
-        if step == 3:
-            raise Interrupt()
-
-    with pytest.raises(Interrupt):
-        train(cfg, on_step=crash, progress=False, evaluate_at_end=False)
+    cut_off_after(cfg, 3)
     assert "carried" in load_checkpoint(tmp_path / "broken"), "the interrupted run must keep its carried state"
     resumed = train(cfg, progress=False, evaluate_at_end=False)
     a, b = load_checkpoint(straight)["model"], load_checkpoint(resumed)["model"]

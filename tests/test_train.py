@@ -28,17 +28,22 @@ class Interrupt(Exception):
     pass
 
 
-def test_resume_after_interruption_gives_the_same_weights(tmp_path: Path) -> None:
-    straight = train(config(tmp_path, "infini-delta", "name=straight"), progress=False, evaluate_at_end=False)
+def cut_off_after(cfg, step: int) -> None:
+    """Train `cfg` and interrupt it once `step` steps are done (its checkpoint is kept)."""
 
-    cfg = config(tmp_path, "infini-delta", "name=broken")
-
-    def crash(step: int) -> None:
-        if step == 3:
+    def crash(done: int) -> None:
+        if done == step:
             raise Interrupt()
 
     with pytest.raises(Interrupt):
         train(cfg, on_step=crash, progress=False, evaluate_at_end=False)
+
+
+def test_resume_after_interruption_gives_the_same_weights(tmp_path: Path) -> None:
+    straight = train(config(tmp_path, "infini-delta", "name=straight"), progress=False, evaluate_at_end=False)
+
+    cfg = config(tmp_path, "infini-delta", "name=broken")
+    cut_off_after(cfg, 3)
     assert load_checkpoint(tmp_path / "broken")["step"] == 3  # the interrupted run kept its work
     resumed = train(cfg, progress=False, evaluate_at_end=False)
 
@@ -67,13 +72,7 @@ def test_a_checkpoint_loaded_onto_the_gpu_resumes_with_its_rng_state(tmp_path: P
 
     straight = train(config(tmp_path, "infini-delta", "name=straight"), progress=False, evaluate_at_end=False)
     cfg = config(tmp_path, "infini-delta", "name=moved")
-
-    def crash(step: int) -> None:
-        if step == 2:
-            raise Interrupt()
-
-    with pytest.raises(Interrupt):
-        train(cfg, on_step=crash, progress=False, evaluate_at_end=False)
+    cut_off_after(cfg, 2)
     real = train_module.load_checkpoint
     monkeypatch.setattr(train_module, "load_checkpoint",
                         lambda run_dir, device="cpu": {**(c := real(run_dir, device)), "rng": OnTheGpu(c["rng"])})
