@@ -81,6 +81,25 @@ def test_a_checkpoint_loaded_onto_the_gpu_resumes_with_its_rng_state(tmp_path: P
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_cuda_resume_without_the_device_generator_says_its_draws_restart(monkeypatch) -> None:
+    """A checkpoint saved before the CUDA generator was kept (or on the CPU) resumes on CUDA with its
+    dropout draws restarted from the seed: that is said, and a checkpoint that holds it sets it silently."""
+    import warnings
+
+    from memzoo.running.checkpoints import restore_rng_states
+
+    set_on_device = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: set_on_device.append(state))
+    with pytest.warns(UserWarning, match="no CUDA generator state"):
+        restore_rng_states({"rng": torch.get_rng_state()}, "cuda")
+    assert set_on_device == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        restore_rng_states({"rng": torch.get_rng_state(), "cuda_rng": torch.ones(3, dtype=torch.uint8)}, "cuda")
+        restore_rng_states({"rng": torch.get_rng_state()}, "cpu")  # a CPU run has no device generator to miss
+    assert len(set_on_device) == 1 and torch.equal(set_on_device[0], torch.ones(3, dtype=torch.uint8))
+
+
 def test_interruption_inside_a_step_resumes_exactly_with_dropout(tmp_path: Path, monkeypatch) -> None:
     """Cut off in the middle of step 4 (inside the forward/backward): the checkpoint holds the weights
     and RNG of 3 completed steps, and resuming reproduces an uninterrupted run with dropout on."""

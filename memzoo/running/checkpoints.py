@@ -3,6 +3,7 @@ written atomically, and a run's config and trained model read back (evaluation, 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -33,8 +34,14 @@ def restore_rng_states(ckpt: dict[str, Any], device: str | torch.device = "cpu")
     """Set the generators from a checkpoint's rng_states. Each goes back to the CPU first: a checkpoint
     loaded with map_location=cuda holds them on the GPU, where torch.set_rng_state refuses them."""
     torch.set_rng_state(ckpt["rng"].cpu())
-    if "cuda_rng" in ckpt and torch.device(device).type == "cuda":
-        torch.cuda.set_rng_state(ckpt["cuda_rng"].cpu(), device)
+    if torch.device(device).type != "cuda":
+        return
+    if "cuda_rng" not in ckpt:  # saved on the CPU, or before the device generator was saved
+        warnings.warn("the checkpoint holds no CUDA generator state: the resumed run's GPU draws (dropout) "
+                      "start again from the seed, so it will not match a run that was never interrupted",
+                      stacklevel=2)
+        return
+    torch.cuda.set_rng_state(ckpt["cuda_rng"].cpu(), device)
 
 
 def save_checkpoint(run_dir: Path, model: MemoryModel, optimizer: torch.optim.Optimizer, step: int,
