@@ -89,15 +89,19 @@ def test_a_cuda_resume_without_the_device_generator_says_its_draws_restart(monke
     from memzoo.running.checkpoints import restore_rng_states
 
     set_on_device = []
-    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: set_on_device.append(state))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: set_on_device.append((state, device)))
     with pytest.warns(UserWarning, match="no CUDA generator state"):
-        restore_rng_states({"rng": torch.get_rng_state()}, "cuda")
+        restore_rng_states({"rng": torch.get_rng_state()}, "cuda:1")
     assert set_on_device == []
+    saved = torch.ones(3, dtype=torch.uint8)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        restore_rng_states({"rng": torch.get_rng_state(), "cuda_rng": torch.ones(3, dtype=torch.uint8)}, "cuda")
+        # loaded onto the GPU, as a CUDA run's checkpoint is: only .cpu() gives the tensor back
+        restore_rng_states({"rng": torch.get_rng_state(), "cuda_rng": OnTheGpu(saved)}, "cuda:1")
         restore_rng_states({"rng": torch.get_rng_state()}, "cpu")  # a CPU run has no device generator to miss
-    assert len(set_on_device) == 1 and torch.equal(set_on_device[0], torch.ones(3, dtype=torch.uint8))
+    assert len(set_on_device) == 1
+    state, device = set_on_device[0]
+    assert torch.equal(state, saved) and str(device) == "cuda:1"
 
 
 def test_interruption_inside_a_step_resumes_exactly_with_dropout(tmp_path: Path, monkeypatch) -> None:

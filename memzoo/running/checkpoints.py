@@ -32,7 +32,8 @@ def rng_states(device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
 
 def restore_rng_states(ckpt: dict[str, Any], device: str | torch.device = "cpu") -> None:
     """Set the generators from a checkpoint's rng_states. Each goes back to the CPU first: a checkpoint
-    loaded with map_location=cuda holds them on the GPU, where torch.set_rng_state refuses them."""
+    loaded with map_location=cuda holds them on the GPU, where torch.set_rng_state refuses them. A CUDA
+    resume from a checkpoint without the device generator's state warns: its GPU draws restart from the seed."""
     torch.set_rng_state(ckpt["rng"].cpu())
     if torch.device(device).type != "cuda":
         return
