@@ -147,7 +147,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_references(args: argparse.Namespace) -> int:
-    from memzoo.suites.references import HOURS, SHIPPED_SUITES, freeze, load_index, load_references
+    from memzoo.suites.references import SHIPPED_SUITES, freeze, hours_label, load_index, load_references
 
     if args.freeze:
         if not args.suite:
@@ -165,7 +165,7 @@ def cmd_references(args: argparse.Namespace) -> int:
             continue
         rows = load_references(suite)
         print(f"{suite}: {meta['rows']} rows, seeds {meta['seeds']}, memzoo {meta['memzoo_version']}, frozen "
-              f"{meta['frozen']}, {meta[HOURS]} training hours; methods: {', '.join(meta['methods'])}")
+              f"{meta['frozen']}, {hours_label(meta)}; methods: {', '.join(meta['methods'])}")
         if args.suite:
             print(rows.drop(columns=[c for c in rows.columns if rows[c].map(lambda v: hasattr(v, "__len__") and not isinstance(v, str)).any()]).to_string(index=False))
     return 0
@@ -352,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("plugin", help="a .py file, a module (my_pkg.decay) or an installed entry point's name")
     s.add_argument("overrides", nargs="*", help="suite overrides (smoke runs only: the rows are then not comparable)")
     s.add_argument("--suites", default="lm-stream,capacity-top,distance",
-                   help="comma-separated, of lm-stream, lm-stream-sotu, quick (the smoke comparison), capacity-top, distance "
+                   help="comma-separated, of lm-stream, lm-stream-sotu, lm-stream-gpu (needs CUDA), quick (the smoke comparison), "
+                        "capacity-top, distance "
                         "(default: lm-stream, capacity-top, distance)")
     s.add_argument("--seeds", type=int, default=None, help="the first N of each suite's seeds (default all)")
     s.add_argument("--out", default="scorecard", help="folder for the runs, the reports and scorecard.md")

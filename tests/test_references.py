@@ -13,7 +13,9 @@ from omegaconf import OmegaConf
 
 from memzoo.running.curriculum import config_hash
 from memzoo.suites.compare import expand, load_suite
-from memzoo.suites.references import HOURS, SHIPPED_SUITES, training_hours, freeze, load_index, load_references, stale_rows
+from memzoo.suites.references import (DEVICE, HOURS, SHIPPED_SUITES, freeze, hours_label, load_index, load_references, stale_rows,
+                                      training_hours)
+from memzoo.suites.scorecard import METRICS
 
 
 @pytest.mark.parametrize("suite", SHIPPED_SUITES)
@@ -69,20 +71,52 @@ def test_freeze_ships_matching_rows_and_refuses_a_changed_config(tmp_path: Path)
     assert set(index) - optional == set(load_index()["quick"]) - optional
 
 
-def test_freeze_add_keeps_the_shipped_rows_and_refuses_a_shipped_run(tmp_path: Path) -> None:
-    specs = expand(load_suite("quick", ["methods=[local]"]))
+def _freeze_the_first_run(tmp_path: Path, suite: str):
+    """`local`'s runs of `suite` as a finished folder, its first run alone frozen into tmp_path/refs;
+    the folder then holds every run again, for a `--add`."""
+    specs = expand(load_suite(suite, ["methods=[local]"]))
     results = _fake_results(tmp_path, specs, lr=None)
     out = tmp_path / "refs"
     table = pd.read_parquet(results / "results.parquet")
     table.iloc[:1].to_parquet(results / "results.parquet", index=False)
-    assert freeze(results, "quick", out).rows == 1
+    assert freeze(results, suite, out).rows == 1
     table.to_parquet(results / "results.parquet", index=False)
+    return specs, results, out
+
+
+def test_freeze_add_keeps_the_shipped_rows_and_refuses_a_shipped_run(tmp_path: Path) -> None:
+    specs, results, out = _freeze_the_first_run(tmp_path, "quick")
     frozen = freeze(results, "quick", out, add=True)
     assert frozen.rows == len(specs) and list(frozen.refused) == [specs[0].name]
     assert "already shipped" in frozen.refused[specs[0].name]
     shipped = pd.read_parquet(out / "quick.parquet")
     assert sorted(shipped["name"]) == sorted(s.name for s in specs)
     assert json.loads((out / "index.json").read_text())["quick"]["rows"] == len(specs)
+
+
+def test_freeze_records_the_device_its_runs_trained_on(tmp_path: Path) -> None:
+    """The index names the runs' train.device, so GPU process hours are not read as CPU hours; --add
+    keeps the devices of the rows already shipped."""
+    specs, results, out = _freeze_the_first_run(tmp_path, "lm-stream-gpu")
+    index = json.loads((out / "index.json").read_text())
+    assert index["lm-stream-gpu"][DEVICE] == "cuda"
+    index["lm-stream-gpu"][DEVICE] = "cpu"  # as if the first rows had come from a CPU
+    (out / "index.json").write_text(json.dumps(index))
+    assert freeze(results, "lm-stream-gpu", out, add=True).rows == len(specs)
+    assert json.loads((out / "index.json").read_text())["lm-stream-gpu"][DEVICE] == "cpu, cuda"
+
+
+def test_hours_are_labelled_with_the_device() -> None:
+    assert hours_label({HOURS: 1.5}) == "1.5 training hours"  # entries from before the key: the CPU
+    assert hours_label({HOURS: 1.5, DEVICE: "cpu"}) == "1.5 training hours"
+    gpu = hours_label({HOURS: 1.73, DEVICE: "cuda"})
+    assert gpu.startswith("1.73 training hours on cuda") and "process hours" in gpu
+    assert hours_label({HOURS: 2.0, DEVICE: "auto"}) == "2.0 training hours (train.device auto)"
+    assert all(DEVICE in meta for meta in load_index().values())
+
+
+def test_the_scorecard_has_a_metric_for_every_shipped_suite() -> None:
+    assert set(METRICS) == set(SHIPPED_SUITES)
 
 
 def test_training_hours_follow_each_run_back_through_its_stages(tmp_path: Path) -> None:

@@ -1,10 +1,11 @@
 """Reference results shipped inside the package: the measured rows of the built-in methods in the
-`lm-stream`, `quick`, `capacity-top` and `distance` suites, so a new memory is compared without re-running them.
+suites of SHIPPED_SUITES, so a new memory is compared without re-running them.
 
 Each suite's rows live in `memzoo/references/SUITE.parquet`, one row per finished run exactly as the
 suite's results table has it, plus `config_hash` (what the run trained and measured, folders aside:
 `memzoo.running.curriculum.config_hash`) and `memzoo_version`. `memzoo/references/index.json`
-records, per suite, the version, the seeds, the methods, the CPU time and when the rows were frozen.
+records, per suite, the version, the seeds, the methods, the training hours and the device they were
+spent on (GPU runs sharing one device each count their own), and when the rows were frozen.
 A row is shipped only when its saved config hashes equal to the run the suite's current config
 would make (`freeze` refuses the others, and a test holds every shipped row to it).
 """
@@ -26,9 +27,10 @@ from memzoo.running.curriculum import config_hash
 from memzoo.suites.catalog import rounding_sensitive
 from memzoo.suites.compare import expand, load_suite
 
-SHIPPED_SUITES = ("lm-stream", "lm-stream-sotu", "quick", "capacity-top", "distance")
+SHIPPED_SUITES = ("lm-stream", "lm-stream-sotu", "lm-stream-gpu", "quick", "capacity-top", "distance")
 INDEX = "index.json"
 HOURS = "train_cpu_hours"  # the index's key: training hours of the shipped runs, every stage counted
+DEVICE = "train_device"  # the index's key: the train.device the shipped runs were configured with
 
 
 def memzoo_version() -> str:
@@ -84,7 +86,7 @@ def freeze(results: Path, suite: str, out_dir: Optional[Path] = None, add: bool 
     index = json.loads((out / INDEX).read_text()) if (out / INDEX).is_file() else {}
     previous = pd.read_parquet(out / f"{suite}.parquet") if add and (out / f"{suite}.parquet").is_file() else None
     shipped_names = set() if previous is None else set(previous["name"].astype(str))
-    keep, refused, hashes = [], {}, []
+    keep, refused, hashes, devices = [], {}, [], set()
     for i, row in table.iterrows():
         name = str(row["name"])
         saved = Path(str(row["run_dir"])) / "config.yaml"
@@ -99,10 +101,12 @@ def freeze(results: Path, suite: str, out_dir: Optional[Path] = None, add: bool 
         else:
             keep.append(i)
             hashes.append(h)
+            devices.add(str(saved_run_config(saved).train.device))
     shipped = table.loc[keep].drop(columns=["run_dir"]).assign(config_hash=hashes, memzoo_version=memzoo_version())
     hours = training_hours([Path(str(table.loc[i, "run_dir"])) for i in keep])
     if previous is not None:
         before = index.get(suite, {}).get(HOURS)
+        devices |= {d for d in index.get(suite, {}).get(DEVICE, "").split(", ") if d}
         shipped = pd.concat([previous, shipped], ignore_index=True)
         hours = None if before is None or hours is None else round(before + hours, 2)
     out.mkdir(parents=True, exist_ok=True)
@@ -114,12 +118,24 @@ def freeze(results: Path, suite: str, out_dir: Optional[Path] = None, add: bool 
         "methods": sorted(shipped["method"].unique().tolist()),
         "seeds": sorted(int(s) for s in shipped["seed"].unique()),
         HOURS: hours,
+        DEVICE: ", ".join(sorted(devices)),
     }
     marked = rounding_sensitive(shipped["method"].unique().tolist())
     if marked:  # methods whose result rounding decides (their cards say by how much)
         index[suite]["rounding_sensitive"] = marked
     (out / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     return Frozen(len(shipped), refused)
+
+
+def hours_label(meta: dict[str, Any]) -> str:
+    """'N training hours' for an index entry, naming the device where it is not the CPU: runs sharing
+    one GPU each count their own wall time, so GPU hours are process hours, not the GPU's."""
+    device = meta.get(DEVICE, "cpu")
+    if device == "cpu":
+        return f"{meta[HOURS]} training hours"
+    if "cuda" in device:
+        return f"{meta[HOURS]} training hours on {device} (process hours: runs sharing one GPU each count their own)"
+    return f"{meta[HOURS]} training hours (train.device {device})"
 
 
 def training_hours(run_dirs: list[Path]) -> Optional[float]:

@@ -22,7 +22,7 @@ from memzoo.analysis.recipes import bpb_over, variant_labels
 from memzoo.analysis.stats import compare_groups
 from memzoo.core.config import ConfigError
 from memzoo.suites.compare import load_suite, run_suite
-from memzoo.suites.references import HOURS, SHIPPED_SUITES, load_index, load_references, memzoo_version, training_hours
+from memzoo.suites.references import SHIPPED_SUITES, hours_label, load_index, load_references, memzoo_version, training_hours
 from memzoo.suites.report import table_md, write_report
 
 # What each suite is scored on, and which way is better. In `distance` every memory is at about 1.0
@@ -30,6 +30,7 @@ from memzoo.suites.report import table_md, write_report
 METRICS: dict[str, tuple[str, bool]] = {
     "lm-stream": ("bpb_after_segment_0", False),  # where a memory can have been read
     "lm-stream-sotu": ("bpb_after_segment_0", False),  # the same, on the second corpus (English prose)
+    "lm-stream-gpu": ("bpb_after_segment_0", False),  # the same at 8x the bytes, on a CUDA device
     "quick": ("valid_bpb", False),
     "capacity-top": ("recall_accuracy", True),
     "distance": ("recall_past_training", True),
@@ -149,7 +150,7 @@ def write_scorecard(scores: list[SuiteScore], methods: list[str], out_dir: Path,
             lines += [f"_{s.note}_", ""]
         lines += [table_md(_shown(rank_table(s, methods))), "",
                   f"Figures and tables beside the shipped methods: `{s.folder / 'report.md'}`", ""]
-    refs = "; ".join(f"{k} frozen {v['frozen']} with memzoo {v['memzoo_version']} ({v[HOURS]} training hours)"
+    refs = "; ".join(f"{k} frozen {v['frozen']} with memzoo {v['memzoo_version']} ({hours_label(v)})"
                      for k, v in index.items() if k in {s.suite for s in scores})
     lines += ["---", f"memzoo {memzoo_version()}. This scorecard: {wall_s / 60:.1f} min wall, "
               f"{plugin_hours:.2f} training hours for the plugin's runs. References: {refs or 'none'}.", ""]
