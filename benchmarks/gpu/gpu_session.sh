@@ -10,7 +10,7 @@
 # Usage: OUT=dir bash benchmarks/gpu/gpu_session.sh. PYTHON=python3 by default. Wheels the GPU image lacks
 # (omegaconf; fla-core for the fused kernels) are installed from .whl/ when present (docs/scaling.md).
 # LM_SUITE picks the bits-per-byte suite (default lm-gpu; lm-stream-gpu is lm-stream's protocol at a GPU
-# budget, 18 runs, about 10 minutes of one H200: LM_SECONDS=540 CHECKS=0 leaves out stages 2 and 3; a second call
+# budget, 18 runs, about 9.5 minutes of one H200: LM_SECONDS=525 CHECKS=0 leaves out stages 2 and 3; a second call
 # on the same warm machine resumes the runs from their checkpoints). LM_JOBS overrides the suite's jobs. LM_OVERRIDES adds suite overrides (e.g. token_budget=16384000 for 500 steps a run; the suite's 800
 # because at 500 full had not yet overtaken local on an H100, 2026-11-26). Each stage has its own time limit; whatever was measured lands in $OUT even when one fails.
 set -u

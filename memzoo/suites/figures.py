@@ -97,7 +97,7 @@ FIGURES: dict[str, str] = {
     "quick/footprint_vs_gain.png": "quick", "quick/gain_by_segment.png": "quick", "quick/footprint_vs_bpb.png": "quick",
     "quick/bpb_by_segment.png": "quick", "quick/cost.png": "quick", "quick/gates.png": "quick",
     "capacity/capacity.png": "capacity-top", "distance/distance.png": "distance",
-    "lm-stream/memory_vs_state.png": "lm-stream",
+    "lm-stream/memory_vs_state.png": "lm-stream", "lm-stream-gpu/memory_vs_state.png": "lm-stream-gpu",
 }
 
 
@@ -116,6 +116,7 @@ def _draws() -> dict[str, Callable]:
         "capacity/capacity.png": a.capacity_curves,
         "distance/distance.png": lambda rows: a.distance_curves(common_gaps_only(rows)),
         "lm-stream/memory_vs_state.png": _quick(a.memory_vs_state),
+        "lm-stream-gpu/memory_vs_state.png": _quick(a.memory_vs_state),
     }
 
 

@@ -163,6 +163,7 @@ TABLES: dict[str, tuple[str, Callable[[pd.DataFrame], str]]] = {
     "quick-table": ("quick", quick_table),
     "lm-stream-table": ("lm-stream", lm_stream_table),
     "lm-stream-sotu-table": ("lm-stream-sotu", lm_stream_table),
+    "lm-stream-gpu-table": ("lm-stream-gpu", lm_stream_table),
     "capacity-table": ("capacity-top", capacity_md),
     "distance-table": ("distance", distance_md),
     "distance-reach": ("distance", distance_reach_md),
