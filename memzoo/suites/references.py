@@ -96,12 +96,12 @@ def freeze(results: Path, suite: str, out_dir: Optional[Path] = None, add: bool 
             refused[name] = "already shipped (--add only adds runs; freeze the whole suite's folder to replace one)"
         elif not saved.is_file():
             refused[name] = f"its config {saved} is missing"
-        elif (h := config_hash(saved_run_config(saved))) != expected[name]:
+        elif (h := config_hash(cfg := saved_run_config(saved))) != expected[name]:
             refused[name] = f"its config (hash {h}) differs from the suite's run (hash {expected[name]})"
         else:
             keep.append(i)
             hashes.append(h)
-            devices.add(str(saved_run_config(saved).train.device))
+            devices.add(str(cfg.train.device))  # the config read once, for its hash and its device
     shipped = table.loc[keep].drop(columns=["run_dir"]).assign(config_hash=hashes, memzoo_version=memzoo_version())
     hours = training_hours([Path(str(table.loc[i, "run_dir"])) for i in keep])
     if previous is not None:
