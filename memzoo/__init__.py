@@ -4,20 +4,18 @@
 
 The package's layers, each importing only from those before it: core (interface, registry,
 backbone) -> memories (one file per method) -> data (corpus, tasks) -> analysis (results tables)
--> running (train, evaluate, stream) -> suites (compare, report) -> this API and the CLI.
+-> runs (config, checkpoints, tracking) -> evaluations -> training -> diagnose -> suites (running
+them) -> conformance (invariants, check, cards) -> publishing (references, tables, figures, report,
+scorecard) -> this API and the CLI (docs/architecture.md).
 """
-from memzoo.core.resources import find_checkout_folders
-
-find_checkout_folders()  # first: in a checkout, memzoo.analysis/.configs/.registry are its top-level folders
-
-import memzoo.memories  # noqa: E402  (the in-tree plugins register themselves)
-from memzoo.core.config import ModelConfig  # noqa: E402  (the shared backbone's settings)
-from memzoo.core.memory import LayerInputs, LayerMemory, ModelMemory, SegmentInputs, State  # noqa: E402
-from memzoo.core.model import MemoryModel, ModelState  # noqa: E402
-from memzoo.core.plugins import get_memory, register_memory, registered  # noqa: E402
-from memzoo.core.precision import working_dtype  # noqa: E402  (the memories' precision policy)
-from memzoo.running.configure import load_config  # noqa: E402
-from memzoo.running.train import train  # noqa: E402
+import memzoo.memories  # the in-tree plugins register themselves
+from memzoo.core.config import ModelConfig  # the shared backbone's settings
+from memzoo.core.memory import LayerInputs, LayerMemory, ModelMemory, SegmentInputs, State
+from memzoo.core.model import MemoryModel, ModelState
+from memzoo.core.plugins import get_memory, register_memory, registered
+from memzoo.core.precision import working_dtype  # the memories' precision policy
+from memzoo.runs.configure import load_config
+from memzoo.training.train import train
 
 __version__ = "0.1.0"
 __all__ = ["LayerInputs", "LayerMemory", "MemoryModel", "ModelConfig", "ModelMemory", "ModelState", "SegmentInputs", "State",

@@ -19,7 +19,7 @@ def _print_table(rows: list[dict], columns: list[str]) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from memzoo.suites.catalog import catalogue
+    from memzoo.conformance.catalog import catalogue
 
     rows = catalogue()
     if args.json:
@@ -35,10 +35,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from memzoo.running.configure import load_config
-    from memzoo.running.distributed import env_info
-    from memzoo.running.lm_evaluation import print_summary
-    from memzoo.running.train import train
+    from memzoo.runs.configure import load_config
+    from memzoo.runs.distributed import env_info
+    from memzoo.evaluations.lm import print_summary
+    from memzoo.training.train import train
 
     cfg = load_config(args.config, args.overrides)
     run_dir = train(cfg, resume=not args.restart)
@@ -51,8 +51,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_footprint(args: argparse.Namespace) -> int:
-    from memzoo.running.configure import load_config
-    from memzoo.suites.footprint import footprint_table
+    from memzoo.runs.configure import load_config
+    from memzoo.conformance.footprint import footprint_table
 
     cfg = load_config(args.config, args.overrides)
     rows = footprint_table(cfg, measure=not args.no_measure)
@@ -76,8 +76,8 @@ def _option_value(text: str) -> object:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from memzoo.suites.check import plugin_memories, run_checks
-    from memzoo.suites.invariants import INVARIANTS
+    from memzoo.conformance.check import plugin_memories, run_checks
+    from memzoo.conformance.invariants import INVARIANTS
 
     options: dict = {}
     if args.options_json:
@@ -113,7 +113,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from memzoo.suites.compare import collect_suite, load_suite, run_suite, suite_dir
-    from memzoo.suites.report import console_table
+    from memzoo.publishing.sections import console_table
 
     suite_name, overrides = args.suite, list(args.overrides)
     if suite_name and "=" in suite_name:  # `memzoo compare key=value` runs the default suite
@@ -131,7 +131,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(console_table(df).to_string(index=False))
     print(f"results: {root / 'results.parquet'}")
     if not args.no_report:
-        from memzoo.suites.report import write_report
+        from memzoo.publishing.report import write_report
 
         md, html_path = write_report(root)
         print(f"report: {html_path} and {md}")
@@ -139,7 +139,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from memzoo.suites.report import write_report
+    from memzoo.publishing.report import write_report
 
     md, html_path = write_report(args.results_dir)
     print(f"report: {html_path} and {md}")
@@ -147,7 +147,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_references(args: argparse.Namespace) -> int:
-    from memzoo.suites.references import SHIPPED_SUITES, freeze, hours_label, load_index, load_references
+    from memzoo.publishing.references import SHIPPED_SUITES, freeze, hours_label, load_index, load_references
 
     if args.freeze:
         if not args.suite:
@@ -172,7 +172,7 @@ def cmd_references(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from memzoo.suites.figures import draw_figures, stale_figures, stale_pages
+    from memzoo.publishing.figures import draw_figures, stale_figures, stale_pages
 
     root = Path(args.root)
     if not (root / "README.md").is_file() or not (root / "docs").is_dir():
@@ -192,7 +192,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 def cmd_scorecard(args: argparse.Namespace) -> int:
     from memzoo.suites.compare import plugin_methods
-    from memzoo.suites.scorecard import scorecard
+    from memzoo.publishing.scorecard import scorecard
 
     methods, imports = plugin_methods(args.plugin)
     suites = [s for s in args.suites.split(",") if s]
@@ -211,7 +211,7 @@ def _evaluation_device(args: argparse.Namespace) -> str:
     evaluation, through the environment."""
     import os
 
-    from memzoo.running.checkpoints import EVAL_DEVICE_ENV, eval_device, run_config
+    from memzoo.runs.checkpoints import EVAL_DEVICE_ENV, eval_device, run_config
 
     device, why = eval_device(run_config(args.run_dir), args.device)
     if args.device:
@@ -221,9 +221,9 @@ def _evaluation_device(args: argparse.Namespace) -> str:
 
 
 def cmd_evaluation(args: argparse.Namespace) -> int:
-    """A registered evaluation's command (memzoo.running.evaluations): its config from the arguments,
+    """A registered evaluation's command (memzoo.evaluations.registry): its config from the arguments,
     its rows measured (or read back from the run folder) and shown."""
-    from memzoo.running.evaluations import get_evaluation
+    from memzoo.evaluations.registry import get_evaluation
 
     evaluation = get_evaluation(args.evaluation)
     command = evaluation.command
@@ -258,8 +258,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
     from memzoo.data.tasks import bytes_to_tensor
-    from memzoo.running.checkpoints import load_trained
-    from memzoo.running.generate import StreamingDecoder
+    from memzoo.runs.checkpoints import load_trained
+    from memzoo.evaluations.generate import StreamingDecoder
 
     prompt = Path(args.prompt_file).read_bytes() if args.prompt_file else args.prompt.encode()
     if not prompt:
@@ -304,8 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("results_dir")
     s.set_defaults(fn=cmd_report)
 
-    from memzoo.running.babilong import add_story_options
-    from memzoo.running.evaluations import evaluations, names
+    from memzoo.evaluations.babilong import add_story_options
+    from memzoo.evaluations.registry import evaluations, names
 
     for evaluation in evaluations().values():  # one command per registered evaluation
         if evaluation.command is not None:
@@ -382,13 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _device_option(s: argparse.ArgumentParser) -> None:
-    """--device of every evaluation command (memzoo.running.checkpoints.eval_device)."""
+    """--device of every evaluation command (memzoo.runs.checkpoints.eval_device)."""
     s.add_argument("--device", default=None, help="where to evaluate: cpu, cuda, cuda:INDEX, auto (default: the run's train.device)")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     from memzoo.core.plugins import UnknownMethodError
-    from memzoo.running.checkpoints import CheckpointError
+    from memzoo.runs.checkpoints import CheckpointError
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

@@ -14,7 +14,7 @@ torch.set_num_threads(1)
 
 from memzoo.core.plugins import registered  # noqa: E402
 # The tiny model and per-method options live in the package: `memzoo check` builds the same ones.
-from memzoo.suites.invariants import TINY_OPTIONS, tiny_memory_config, tiny_model, tiny_model_config  # noqa: E402, F401
+from memzoo.conformance.invariants import TINY_OPTIONS, tiny_memory_config, tiny_model, tiny_model_config  # noqa: E402, F401
 
 METHODS = sorted(registered())
 
@@ -55,10 +55,10 @@ class Killed(BaseException):
 
 def spy_train(monkeypatch, calls: list, kill: tuple[str, int] | None = None,
               record: Callable[[Any, Optional[int]], Any] = lambda cfg, first: (cfg.name, first)) -> None:
-    """Record every memzoo.running.train.train call as record(stage config, first step run) (default:
+    """Record every memzoo.training.train.train call as record(stage config, first step run) (default:
     the stage's name and its first step); with `kill`, raise Killed in the stage whose name ends with
     kill[0] once step kill[1] is done."""
-    import memzoo.running.train as module
+    import memzoo.training.train as module
 
     real = getattr(module.train, "real_train", module.train)  # a second spy in one test wraps the real train
 

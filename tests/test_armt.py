@@ -15,7 +15,7 @@ from memzoo.core.model import MemoryModel
 from memzoo.core.plugins import get_memory
 from memzoo.memories.armt import ARMTConfig, AssociativeRecurrentMemory, associative_write, dpfp
 from memzoo.memories.reference import armt_read_reference, armt_write_reference, dpfp_reference
-from memzoo.suites.catalog import card_footprint, get_card
+from memzoo.conformance.catalog import card_footprint, get_card
 
 B, M, D, D_MEM, NU, EPS = 2, 3, 12, 4, 3, 1e-5
 D_KEY = 2 * NU * D_MEM
@@ -360,8 +360,8 @@ def test_a_run_folder_from_before_write_norm_matches_the_papers_write(tmp_path) 
     does not match write_norm rms. Other memories get no such key."""
     from omegaconf import OmegaConf
 
-    from memzoo.running.configure import load_config, load_run_config, saved_run_config
-    from memzoo.running.curriculum import config_matches
+    from memzoo.runs.configure import load_config, load_run_config, saved_run_config
+    from memzoo.training.curriculum import config_matches
     cfg = load_config("armt", ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16"])
     old = OmegaConf.to_container(cfg, resolve=True)
     del old["memory"]["write_norm"]

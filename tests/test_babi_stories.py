@@ -12,7 +12,7 @@ from memzoo.core.config import ConfigError
 from memzoo.data.babi_stories import (DROPS, GETS, MOVES, OBJECTS, PEOPLE, STORY_TASKS, StorySettings, generate,
                                       story_split)
 from memzoo.data.babilong import PLACES
-from memzoo.running.configure import load_config
+from memzoo.runs.configure import load_config
 
 # Any sentence of the world, whatever the generator meant: found in the input independently of it.
 FACT = re.compile(r"\b(" + "|".join(PEOPLE) + r") (" + "|".join(MOVES + GETS + DROPS) + r") the (\w+)\.")

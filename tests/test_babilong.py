@@ -17,10 +17,10 @@ from torch import nn
 os.environ["HF_DATASETS_OFFLINE"] = "1"  # before datasets is imported: no test may touch the network
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-import memzoo.running.babilong as babilong  # noqa: E402
+import memzoo.evaluations.babilong as babilong  # noqa: E402
 from memzoo.core.config import ConfigError, to_yaml  # noqa: E402
 from memzoo.data.babilong import Sample, label_chance, read_samples, score_exact, score_official  # noqa: E402
-from memzoo.running.babilong import BabilongConfig, evaluate_babilong, evaluate_cell  # noqa: E402
+from memzoo.evaluations.babilong import BabilongConfig, evaluate_babilong, evaluate_cell  # noqa: E402
 
 ROWS = [
     {"input": "Mary went to the kitchen. Some text.", "question": "Where is Mary?", "target": "kitchen"},
@@ -180,8 +180,8 @@ def test_the_input_is_streamed_within_segments_per_call() -> None:
 
 def make_run(root: Path, overrides: tuple[str, ...] = ()) -> Path:
     """A run folder (config and untrained checkpoint) of a tiny local model, without training."""
-    from memzoo.running.checkpoints import save_checkpoint
-    from memzoo.running.configure import build_model, load_config
+    from memzoo.runs.checkpoints import save_checkpoint
+    from memzoo.runs.configure import build_model, load_config
 
     cfg = load_config("local", ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.segment_len=32",
                                 "name=tiny", f"out_dir={root}", *overrides])

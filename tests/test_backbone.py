@@ -21,9 +21,9 @@ def test_backbone_names_no_method() -> None:
     from memzoo.core.plugins import registered
 
     classes = {spec.cls.__name__ for spec in registered().values()} - {"NoMemory"}
-    for name in ("core/model.py", "core/attention.py", "core/memory.py", "core/losses.py", "running/train.py",
-                 "running/configure.py", "running/checkpoints.py", "running/evaluate.py", "data/corpus.py",
-                 "suites/compare.py"):
+    for name in ("core/model.py", "core/attention.py", "core/memory.py", "core/losses.py", "training/train.py",
+                 "runs/configure.py", "runs/checkpoints.py", "evaluations/lm.py", "evaluations/run_result.py",
+                 "data/corpus.py", "suites/compare.py"):
         text = (root / name).read_text()
         for method in METHODS:
             assert not re.search(rf"[\"']{re.escape(method)}[\"']", text), f"{name} names the method {method!r}"

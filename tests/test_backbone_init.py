@@ -10,9 +10,9 @@ import torch
 from memzoo.core.config import ConfigError
 from memzoo.core.plugins import registered
 from memzoo.core.model import is_memory_name
-from memzoo.running.checkpoints import load_checkpoint
-from memzoo.running.configure import build_model, load_config
-from memzoo.running.train import train
+from memzoo.runs.checkpoints import load_checkpoint
+from memzoo.runs.configure import build_model, load_config
+from memzoo.training.train import train
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16", "train.batch_size=2",
         "train.window_segments=2", "train.bptt_segments=2", "train.warmup_steps=1", "train.log_every=1",
@@ -84,7 +84,7 @@ finetune:
 
 
 def test_a_suite_backbone_is_trained_once_and_every_method_starts_from_it(tmp_path: Path, monkeypatch) -> None:
-    import memzoo.running.train as train_module
+    import memzoo.training.train as train_module
     from memzoo.suites.compare import backbone_specs, expand, load_suite, run_suite
 
     path = tmp_path / "bb.yaml"

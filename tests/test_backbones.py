@@ -13,14 +13,13 @@ import torch
 from memzoo.core.config import ConfigError
 from memzoo.core.model import is_memory_name
 from memzoo.core.plugins import registered
-from memzoo.running.backbones import backbone_hash, load_shipped_backbone, ship_backbone, shipped_dir
-import memzoo.running.train as train_module
-from memzoo.running.checkpoints import load_backbone
-from memzoo.running.configure import build_model
-from memzoo.running.train import train
+from memzoo.training.backbones import backbone_hash, load_shipped_backbone, ship_backbone, shipped_dir
+import memzoo.training.train as train_module
+from memzoo.runs.checkpoints import load_backbone
+from memzoo.runs.configure import build_model
+from memzoo.training.train import train
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_train import Interrupt, config  # noqa: E402  (the small training config every training test uses)
+from test_train import Interrupt, config  # tests/ is on pytest's path (the small training config every training test uses)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +90,7 @@ def test_wrong_uses_are_refused_by_name(use_shipped, tmp_path, extra, message) -
 
 
 def test_the_shipped_folder_is_found_from_any_working_directory(tmp_path) -> None:
-    code = "from memzoo.running.backbones import shipped_dir, shipped_index; print(shipped_dir()); print(shipped_index())"
+    code = "from memzoo.training.backbones import shipped_dir, shipped_index; print(shipped_dir()); print(shipped_index())"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     folder = Path(out.splitlines()[0])  # the installed package's folder there, or this checkout's
     assert folder.parent.name == "memzoo" and (folder / "index.json").is_file()
@@ -99,7 +98,7 @@ def test_the_shipped_folder_is_found_from_any_working_directory(tmp_path) -> Non
 
 
 def test_the_shipped_small_backbone_loads_from_any_folder_for_the_small_preset(tmp_path) -> None:
-    code = ("from memzoo.running.backbones import load_shipped_backbone; from memzoo.running.configure import load_config; "
+    code = ("from memzoo.training.backbones import load_shipped_backbone; from memzoo.runs.configure import load_config; "
             "w = load_shipped_backbone('backbone:small-stdlib', load_config('local').model); "
             "print(len(w), sum(t.numel() for t in w.values()))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True).stdout

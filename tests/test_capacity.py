@@ -1,4 +1,4 @@
-"""Recall capacity (memzoo.running.capacity): scoring only through the memory, the chance level of a model
+"""Recall capacity (memzoo.evaluations.capacity): scoring only through the memory, the chance level of a model
 that knows the stored values but not their keys, and the reset ablation."""
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from torch import Tensor, nn
 
 from memzoo.core.config import ModelConfig
 from memzoo.data.tasks import KEY_BASE, VALUE_BASE, TaskSampler, recall_chance, segment_recall_example
-from memzoo.running.capacity import accuracy, capacity_metrics, predict_scored, recall_examples, within_positions
-from memzoo.running.configure import load_config
+from memzoo.evaluations.capacity import accuracy, capacity_metrics, predict_scored, recall_examples, within_positions
+from memzoo.runs.configure import load_config
 from memzoo.suites.compare import load_suite, run_suite
-from memzoo.suites.report import write_report
+from memzoo.publishing.report import write_report
 
 TASK = SimpleNamespace(pairs=6, queries=8, gap_segments=2, local_queries=0)
 
@@ -201,7 +201,7 @@ def test_model_init_torch_uses_pytorchs_default_scales() -> None:
     """model.init=torch: embeddings N(0, 1) (the tied head with them), linears kaiming-uniform
     (std 1/sqrt(3 fan_in)); the default keeps normal(0.02); anything else is an error naming it."""
     from memzoo.core.config import ConfigError
-    from memzoo.running.configure import build_model, load_config
+    from memzoo.runs.configure import build_model, load_config
 
     torch.manual_seed(0)
     torch_init = build_model(load_config("local", ["model.init=torch", "model.d_model=64", "model.n_heads=2"]))

@@ -13,8 +13,8 @@ import pytest
 
 from memzoo.cli import main
 from memzoo.core.plugins import registered, unregister_memory
-from memzoo.suites.check import plugin_memories, run_checks
-from memzoo.suites.invariants import INVARIANTS
+from memzoo.conformance.check import plugin_memories, run_checks
+from memzoo.conformance.invariants import INVARIANTS
 from test_readme import readme_plugin_source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +47,8 @@ UNSTABLE = mutate("unstable-decay", '        out = local + state["avg"][:, :, No
 
 # (e) casts its state to float32: a float64 model then computes its memory in float32.
 FLOAT32_STATE = mutate("float-decay", '{"avg": avg}', '{"avg": avg.float()}')
+# (e') returns the natural zero auxiliary loss, a float32 scalar: exact in float64, so no failure.
+ZEROS_AUX = mutate("zeros-decay", "avg.new_zeros(())", "torch.zeros(())")
 # (f) keeps its state in the autocast dtype (bf16), not in the policy's float32.
 BF16_STATE = mutate("bf16-decay", '{"avg": avg}', '{"avg": avg.to(x.v.dtype)}')
 
@@ -155,3 +157,19 @@ def test_a_module_path_and_an_entry_point_name_find_their_memories(tmp_path: Pat
     finally:
         unregister_memory("ep-decay")
         sys.modules.pop("memzoo_check_ep_test", None)
+
+
+def test_a_float32_zero_scalar_auxiliary_loss_passes_every_invariant(plugin_file) -> None:
+    """`torch.zeros(())`, a plugin author's natural zero loss, is float32 in a float64 model but exact:
+    the precision check counts it apart and passes."""
+    names = plugin_memories(str(plugin_file(ZEROS_AUX)))
+    assert statuses(run_checks(names)) == expected()
+
+
+def test_a_precision_failure_names_the_plugins_line_and_the_fix(plugin_file) -> None:
+    """The float32-state plugin's failure points at its own line (file, number, code) and says how to fix it."""
+    path = plugin_file(FLOAT32_STATE, "float_plugin")
+    (failure,) = [r for r in run_checks(plugin_memories(str(path))) if r.status == "FAIL"]
+    line = next(i for i, text in enumerate(FLOAT32_STATE.splitlines(), 1) if "avg.float()" in text)
+    assert f"float_plugin.py:{line}: " in failure.message and "avg.float()" in failure.message, failure.message
+    assert "Fix: make tensors from the inputs" in failure.message

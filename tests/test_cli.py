@@ -104,7 +104,7 @@ def test_evaluation_runs_where_the_run_trained_unless_device_says(capsys, tmp_pa
     import pytest
     import torch
 
-    from memzoo.running.checkpoints import EVAL_DEVICE_ENV
+    from memzoo.runs.checkpoints import EVAL_DEVICE_ENV
 
     if torch.cuda.is_available():
         pytest.skip("the fallback is checked on a machine without CUDA")

@@ -145,8 +145,8 @@ def quiet_progress():
     """tqdm bars off (they write to stderr), the slow-bf16 warning silenced: stderr then holds only errors."""
     from tqdm.auto import tqdm
 
-    import memzoo.running.evaluate as evaluate
-    import memzoo.running.train as train
+    import memzoo.evaluations.lm as evaluate
+    import memzoo.training.train as train
 
     def silent(*args, **kwargs):
         return tqdm(*args, **{**kwargs, "disable": True})

@@ -17,10 +17,10 @@ import torch
 
 from memzoo.analysis import longrange_table
 from memzoo.core.config import ConfigError
-from memzoo.running.checkpoints import load_checkpoint
-from memzoo.running.configure import load_config
+from memzoo.runs.checkpoints import load_checkpoint
+from memzoo.runs.configure import load_config
 from memzoo.suites.compare import check_parameter_spread, expand, load_suite, parameter_counts, run_suite, write_table
-from memzoo.suites.report import write_report
+from memzoo.publishing.report import write_report
 
 TINY_RUN = """
 threads_per_job: 1

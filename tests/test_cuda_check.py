@@ -1,11 +1,11 @@
-"""benchmarks/gpu/cuda_check.py, run on the CPU: it passes a correct model, fails one whose float32 path
+"""checks/cuda_check.py, run on the CPU: it passes a correct model, fails one whose float32 path
 is planted off by 1e-3, and compares a state's written slots only (an uninitialised slot is no error)."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-import benchmarks.gpu.cuda_check as cc
+import checks.cuda_check as cc
 
 
 def test_valid_slots_zero_the_empty_slots_of_each_buffer_only() -> None:
@@ -78,9 +78,9 @@ def test_fla_checks_pass_the_adapter_fall_back_to_the_forward_and_fail_a_planted
 
 
 def test_cudnn_sdpa_check_passes_right_gradients_and_flags_a_wrong_layout(monkeypatch, capsys) -> None:
-    """benchmarks/gpu/cudnn_sdpa_check.py on the CPU: every layout agrees with float32 math; a gradient that is
+    """checks/cudnn_sdpa_check.py on the CPU: every layout agrees with float32 math; a gradient that is
     wrong for one layout only (as cuDNN's was on an H100) makes it exit 1 naming that layout."""
-    import benchmarks.gpu.cudnn_sdpa_check as sc
+    import checks.cudnn_sdpa_check as sc
 
     assert sc.main(["--device", "cpu", "--shapes", "cuda_check"]) == 0
     assert capsys.readouterr().out.count(" ok\n") == 6

@@ -1,4 +1,4 @@
-"""Curriculum stages (memzoo.running.curriculum): fine-tuning stages run in order, each from the previous
+"""Curriculum stages (memzoo.training.curriculum): fine-tuning stages run in order, each from the previous
 stage's weights; a killed stage resumes from its checkpoint, a finished one is never re-run, a
 changed one is moved aside and trained again; the long-range evaluation reads the last stage."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from conftest import Killed, spy_train
 from memzoo.suites.compare import expand, is_finished, load_suite, worker, worker_args
 from memzoo.core.config import ConfigError
-from memzoo.running.harness import weights_id
-from memzoo.running.checkpoints import load_checkpoint
+from memzoo.evaluations.harness import weights_id
+from memzoo.runs.checkpoints import load_checkpoint
 
 SUITE = """
 name: cur

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from memzoo.running.generate import StreamingDecoder
+from memzoo.evaluations.generate import StreamingDecoder
 
 import memzoo.diagnose.deltanet_retention as dr
 

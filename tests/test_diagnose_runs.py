@@ -12,8 +12,8 @@ import memzoo.diagnose.deltanet_retention as dr
 import memzoo.diagnose.infini_pairs_share as ips
 import memzoo.diagnose.infini_share as ish
 import memzoo.diagnose.knn_rank as kr
-from memzoo.running.checkpoints import load_trained, save_checkpoint
-from memzoo.running.configure import build_model, load_config
+from memzoo.runs.checkpoints import load_trained, save_checkpoint
+from memzoo.runs.configure import build_model, load_config
 
 TASK = ["task.name=recall", "task.pairs=4", "task.queries=8", "task.local_queries=4", "task.alphabet=8", "task.gap_segments=4"]
 

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from memzoo.analysis import accuracy_by_key_segment, passkey_by_length, wilson_interval
-from memzoo.running.generate import StreamingDecoder
-from memzoo.running.longrange import LongRangeConfig, passkey_length
+from memzoo.evaluations.generate import StreamingDecoder
+from memzoo.evaluations.longrange import LongRangeConfig, passkey_length
 
 N = 128
 KEY_AT_END = re.compile(rb"Remember it\. (\d+)")  # the key's second mention, up to its last digit
@@ -157,7 +157,7 @@ class PairsInState(nn.Module):
 
 
 def test_recall_streams_the_training_layout_and_its_reset_ablation() -> None:
-    from memzoo.running.longrange import recall_length
+    from memzoo.evaluations.longrange import recall_length
 
     task = SimpleNamespace(name="recall", gap_segments=1, pairs=4, queries=6, local_queries=2, alphabet=8)
     model = PairsInState(16)
@@ -180,7 +180,7 @@ def test_recall_streams_the_training_layout_and_its_reset_ablation() -> None:
 def test_the_report_has_the_long_range_diagnostics(rows, tmp_path: Path) -> None:
     """memzoo report on a long-range table: accuracy against length, the answer loss, accuracy by
     the key's segment with the reset ablation, bits per byte before and after, gates."""
-    from memzoo.suites.report import write_report
+    from memzoo.publishing.report import write_report
 
     loss = [{"step": s, "stage": 1 + (s > 4), "train_bpb": 3.0 - 0.3 * s} for s in range(1, 9)]
     table = pd.DataFrame([{"method": m, "seed": seed, "passkey_json": json.dumps(rows), "valid_bpb": 4.2,

@@ -17,12 +17,12 @@ from torch import Tensor, nn
 from conftest import Killed, spy_train
 from memzoo.core.config import ModelConfig
 from memzoo.data.tasks import KEY_BASE, VALUE_BASE, segment_recall_batch, stale_chance
-from memzoo.running.checkpoints import load_checkpoint
-from memzoo.running.curriculum import config_hash
-import memzoo.running.distance
-from memzoo.running.distance import DEFAULT_GAPS, DistanceConfig, distance_batch, evaluate_distance, gap_tokens, stream_gaps
-from memzoo.running.harness import Meter
-from memzoo.running.reach import max_reach_segments, reach_segments
+from memzoo.runs.checkpoints import load_checkpoint
+from memzoo.training.curriculum import config_hash
+import memzoo.evaluations.distance
+from memzoo.evaluations.distance import DEFAULT_GAPS, DistanceConfig, distance_batch, evaluate_distance, gap_tokens, stream_gaps
+from memzoo.evaluations.harness import Meter
+from memzoo.evaluations.reach import max_reach_segments, reach_segments
 from memzoo.suites.compare import (check_parameter_spread_by_width, expand, load_suite, parameter_counts, worker,
                                    worker_args)
 
@@ -310,14 +310,14 @@ def test_gap_curriculum_runs_in_order_resumes_after_a_kill_and_never_reruns_a_st
     class Budget(Meter):
         def check(self, done: int, total: int) -> None:
             if done > 6 * 16:
-                raise memzoo.running.distance.OutOfBudget(f"stopped after {done} bytes")
+                raise memzoo.evaluations.distance.OutOfBudget(f"stopped after {done} bytes")
 
-    monkeypatch.setattr(memzoo.running.distance, "Meter", Budget)
+    monkeypatch.setattr(memzoo.evaluations.distance, "Meter", Budget)
     other = DistanceConfig(gaps=[1, 4, 16], trials=2, seed=1, segments_per_call=1)
     status = {(r["gap_segments"], r["reset_after_pairs"]): r["status"] for r in evaluate_distance(final, other)}
     assert status == {(1, False): "ok", (1, True): "ok", (4, False): "ok", (4, True): "ok",
                       (16, False): "out of budget: stopped after 112 bytes", (16, True): "out of budget: stopped after 112 bytes"}
-    monkeypatch.setattr(memzoo.running.distance, "Meter", Meter)
+    monkeypatch.setattr(memzoo.evaluations.distance, "Meter", Meter)
     longer = DistanceConfig(gaps=[1, 4, 16, 64], trials=2, seed=1, segments_per_call=1)
     status = {r["gap_segments"]: r["status"] for r in evaluate_distance(final, longer) if not r["reset_after_pairs"]}
     assert status[16].startswith("out of budget: stopped") and status[64] == "out of budget: gap 16 ran out"

@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 
 from memzoo.data.corpus import WindowSampler, load_documents, split_documents
-from memzoo.running.checkpoints import load_checkpoint
-from memzoo.running.configure import load_config
-from memzoo.running.distributed import DistInfo, shard_rows
-from memzoo.running.train import train
+from memzoo.runs.checkpoints import load_checkpoint
+from memzoo.runs.configure import load_config
+from memzoo.runs.distributed import DistInfo, shard_rows
+from memzoo.training.train import train
 
 STEPS = 4
 OVERRIDES = [
@@ -29,8 +29,8 @@ LOSS_RTOL, WEIGHT_ATOL = 1e-5, 1e-5
 
 KILLER = """
 import os, signal, sys
-from memzoo.running.configure import load_config
-from memzoo.running.train import train
+from memzoo.runs.configure import load_config
+from memzoo.training.train import train
 
 def die(step):  # rank 0 dies at step 2, after that step's checkpoint; torchrun then stops rank 1
     if step == 2 and os.environ["RANK"] == "0":

@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 from memzoo.core.plugins import registered, unregister_memory
-from memzoo.suites.catalog import load_cards
+from memzoo.conformance.catalog import load_cards
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -47,7 +47,7 @@ def test_every_registered_method_has_a_card_and_a_generated_page() -> None:
     methods = in_tree_methods(hook)
     assert methods, "no in-tree method registered"
     for name in methods:
-        assert name in cards, f"{name} is registered but has no card in registry/"
+        assert name in cards, f"{name} is registered but has no card in memzoo/registry/"
         page = pages.get(hook.page_path(name))
         assert page is not None, f"the docs hook made no page for {name}"
         card = cards[name]
@@ -73,7 +73,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     for name in in_tree_methods(method_pages_hook()):
         assert (site / "methods" / name / "index.html").is_file(), name
     assert "before_layer" in (site / "api" / "index.html").read_text()  # the API reference rendered
-    assert "paired_t" in (site / "analysis" / "index.html").read_text()  # memzoo.analysis from analysis/
+    assert "paired_t" in (site / "analysis" / "index.html").read_text()  # memzoo.analysis from memzoo/analysis/
 
 
 def test_the_experiments_page_names_every_file_in_experiments() -> None:
@@ -105,3 +105,19 @@ def test_the_plugin_page_example_passes_the_invariants() -> None:
     finally:
         for name in added:
             unregister_memory(name)
+
+
+def test_the_api_page_layout_is_generated_and_names_every_module() -> None:
+    """docs/api.md holds the marker the hook fills, mkdocs.yml runs the hook, and the generated block
+    names every subpackage and module of memzoo/ with its docstring's first paragraph."""
+    import docs.hooks.api_layout as hook
+
+    assert hook.MARKER in (DOCS / "api.md").read_text()
+    assert "docs/hooks/api_layout.py" in (ROOT / "mkdocs.yml").read_text()
+    block = hook.layout()
+    for module in sorted((ROOT / "memzoo").glob("*/*.py")):
+        if module.name == "__init__.py":
+            assert f"**`memzoo/{module.parent.name}/`**" in block, module
+        else:
+            assert f"    - `{module.stem}`: {hook.first_line(module)}" in block, module
+    assert "    - `train`: " in block and hook.first_line(ROOT / "memzoo" / "training" / "train.py")

@@ -1,4 +1,4 @@
-"""The evaluation registry (memzoo.running.evaluations): every kind registered once with a config,
+"""The evaluation registry (memzoo.evaluations.registry): every kind registered once with a config,
 a run function, its table columns and its command, which the suites and the CLI read; and the
 worked example of docs/evaluations.md, run as printed."""
 from __future__ import annotations
@@ -13,11 +13,11 @@ import torch
 
 from memzoo.cli import build_parser, main
 from memzoo.core.config import ConfigError
-from memzoo.running.configure import load_config
-from memzoo.running.evaluations import (Evaluation, evaluation_config, evaluations, get_evaluation, register_evaluation,
+from memzoo.runs.configure import load_config
+from memzoo.evaluations.registry import (Evaluation, evaluation_config, evaluations, get_evaluation, register_evaluation,
                                         run_evaluation, table_columns, unregister_evaluation)
-from memzoo.running.train import train
-from memzoo.suites.table import result_row
+from memzoo.training.train import train
+from memzoo.suites.results import result_row
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16", "train.batch_size=2",
@@ -121,7 +121,7 @@ def test_the_worked_example_runs_through_a_suite_stage_the_table_and_the_cli(cop
     assert main(["copy", str(run_dir), "--length", "0"]) == 2
     assert "copy length=0, trials=4; expected both >= 1" in capsys.readouterr().err
 
-    from memzoo.suites.report import write_report  # the report shows a kind it has no section of its own for
+    from memzoo.publishing.report import write_report  # the report shows a kind it has no section of its own for
 
     pd.DataFrame([row]).to_parquet(run_dir.parent / "results.parquet")
     md, _ = write_report(run_dir.parent, figures=False)

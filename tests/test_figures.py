@@ -11,10 +11,10 @@ import pytest
 from memzoo.analysis.palette import SPARE_MARKERS, STYLES, style, variant_lines
 from memzoo.core.config import ConfigError
 from memzoo.core.plugins import registered
-from memzoo.suites.figures import (ARCHIVED, FIGURES, ROWS_KEY, all_tables, pages, png_text, render, rows_stamp,
+from memzoo.publishing.figures import (ARCHIVED, FIGURES, ROWS_KEY, all_tables, pages, png_text, render, rows_stamp,
                                    stale_figures, stale_pages)
-from memzoo.suites.references import load_references
-from memzoo.suites.tables import TABLES, markdown
+from memzoo.publishing.references import load_references
+from memzoo.publishing.tables import TABLES, markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from memzoo.running.distance import distance_batch
+from memzoo.evaluations.distance import distance_batch
 
 import memzoo.diagnose.filler_before as fb
 

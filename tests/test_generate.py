@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import CASES, tiny_model
-from memzoo.running.generate import StreamingDecoder
+from memzoo.evaluations.generate import StreamingDecoder
 
 B, V = 2, 256
 

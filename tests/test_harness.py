@@ -1,4 +1,4 @@
-"""The evaluation harness (memzoo.running.harness): the budget and its projection, streaming in
+"""The evaluation harness (memzoo.evaluations.harness): the budget and its projection, streaming in
 chunks, a worker in its own process (and its death), reusing stored rows, and the atomic merge of
 rows into a run's result.json."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any, Optional
 import pytest
 import torch
 
-import memzoo.running.harness as harness
-from memzoo.running.harness import (WORKER_DIED, Meter, OutOfBudget, atomic_json, merge_into_result, reusable,
+import memzoo.evaluations.harness as harness
+from memzoo.evaluations.harness import (WORKER_DIED, Meter, OutOfBudget, atomic_json, merge_into_result, reusable,
                                     run_isolated, stream)
 
 

@@ -9,8 +9,8 @@ from einops import rearrange
 from conftest import CASES, METHODS, tiny_model
 from memzoo.core.config import ConfigError
 from memzoo.core.memory import state_numbers
-from memzoo.running.configure import load_config
-from memzoo.suites.catalog import card_footprint, load_cards
+from memzoo.runs.configure import load_config
+from memzoo.conformance.catalog import card_footprint, load_cards
 
 B, S, N = 2, 3, 8
 WIDE = dict(d_model=32, n_heads=4, head_dim=16)  # d_inner 64 != d_model 32

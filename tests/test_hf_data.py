@@ -16,7 +16,7 @@ datasets = pytest.importorskip("datasets")
 from memzoo.core.config import ConfigError  # noqa: E402
 from memzoo.data.corpus import load_documents, split_documents, split_of  # noqa: E402
 from memzoo.data.hf import parse_source  # noqa: E402
-from memzoo.running.configure import load_config  # noqa: E402
+from memzoo.runs.configure import load_config  # noqa: E402
 
 TEXTS = [f"doc {i}: " + "naïve café " * (3 + 7 * i) + "\n" for i in range(30)] + ["short"]
 

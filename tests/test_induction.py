@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import memzoo.diagnose.induction as ind
-from memzoo.running.configure import load_config
+from memzoo.runs.configure import load_config
 
 CHUNK = 12
 

@@ -1,5 +1,5 @@
 """The invariants every registered memory must pass (docs/architecture.md), parametrised over the registry,
-so a new plugin inherits them by registering. The checks themselves are memzoo.suites.invariants,
+so a new plugin inherits them by registering. The checks themselves are memzoo.conformance.invariants,
 which `memzoo check PLUGIN` runs too: these tests are thin wrappers over the same functions."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from conftest import CASES, METHODS
-from memzoo.suites import invariants as inv
-from memzoo.suites.catalog import load_cards
+from memzoo.conformance import invariants as inv
+from memzoo.conformance.catalog import load_cards
 
 IDS = [c[0] for c in CASES]
 

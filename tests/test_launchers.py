@@ -18,8 +18,8 @@ pytest.importorskip("submitit")
 
 from memzoo.cli import main  # noqa: E402
 from memzoo.core.config import ConfigError  # noqa: E402
-from memzoo.running.checkpoints import load_checkpoint  # noqa: E402
-from memzoo.running.train import train  # noqa: E402
+from memzoo.runs.checkpoints import load_checkpoint  # noqa: E402
+from memzoo.training.train import train  # noqa: E402
 from memzoo.suites.compare import expand, load_suite, run_suite  # noqa: E402
 from memzoo.suites.launchers import job_active, launcher_config, make_executor, plan  # noqa: E402
 

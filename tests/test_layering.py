@@ -1,13 +1,11 @@
 """The package's folders are its layers: each module imports only from its own layer and those below,
 no import cycle ties modules together, every `memzoo` import and dotted name in the repository names
-something that exists, and a checkout imports the subpackages that live in its top-level folders."""
+something that exists, and the architecture page names every package."""
 from __future__ import annotations
 
 import ast
 import importlib
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -17,13 +15,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # Low to high. A module may import modules of its own layer and of the layers before it.
-LAYERS = ["core", "memories", "data", "analysis", "running", "diagnose", "suites", "api"]
+LAYERS = ["core", "memories", "data", "analysis", "runs", "evaluations", "training", "diagnose", "suites", "conformance",
+          "publishing", "api"]
 # memzoo.<first name> -> layer; memzoo itself (the public API), memzoo.cli and memzoo.__main__ are the top.
 LAYER_OF = {"core": "core", "registry": "core", "configs": "core", "memories": "memories", "data": "data",
-            "analysis": "analysis", "running": "running", "diagnose": "diagnose", "suites": "suites", "cli": "api", "__main__": "api"}
-# Where each shipped subpackage's files sit in a checkout (pyproject.toml's package-dir).
-SOURCES = {"memzoo": ROOT / "memzoo", "memzoo.analysis": ROOT / "analysis", "memzoo.registry": ROOT / "registry",
-           "memzoo.configs": ROOT / "configs"}
+            "analysis": "analysis", "runs": "runs", "evaluations": "evaluations", "training": "training",
+            "diagnose": "diagnose", "suites": "suites", "conformance": "conformance", "publishing": "publishing",
+            "cli": "api", "__main__": "api"}
+# Where the package's files sit: everything, the catalogue and the presets included, is under memzoo/.
+SOURCES = {"memzoo": ROOT / "memzoo"}
 
 
 def package_modules() -> dict[str, Path]:
@@ -151,7 +151,7 @@ def shortest_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str
 def test_tests_benchmarks_and_experiments_import_only_modules_that_exist() -> None:
     known = set(package_modules())
     stale = [f"{path.relative_to(ROOT)}:{line} imports {target}: {statement!r}"
-             for folder in ("tests", "benchmarks", "experiments") for path in sorted((ROOT / folder).rglob("*.py"))
+             for folder in ("tests", "benchmarks", "checks", "experiments") for path in sorted((ROOT / folder).rglob("*.py"))
              for target, line, statement in imported(f"{folder}.{path.stem}", path, known) if target not in known]
     assert not stale, "\n".join(stale)
 
@@ -160,7 +160,8 @@ def test_docs_name_only_modules_and_files_that_exist() -> None:
     """Dotted module names and module paths in the README, configs, cards, code and comments."""
     files = [ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "configs").rglob("*.yaml")),
              *sorted((ROOT / "registry").glob("*.yaml")), *package_modules().values(), *sorted((ROOT / "tests").glob("*.py")),
-             *sorted((ROOT / "benchmarks").rglob("*.py")), *sorted((ROOT / "experiments").rglob("*.py"))]
+             *sorted((ROOT / "benchmarks").rglob("*.py")), *sorted((ROOT / "checks").rglob("*.py")),
+             *sorted((ROOT / "experiments").rglob("*.py"))]
     missing = []
     for file in files:
         text = file.read_text()
@@ -190,31 +191,19 @@ def _resolves(dotted: str) -> bool:
     return False
 
 
-def test_a_checkout_imports_analysis_registry_and_configs_from_its_top_level_folders() -> None:
-    """From the repository root, with the checkout first on sys.path and no editable-install finder (as
-    with a non-editable install, or none): memzoo.analysis/.registry/.configs are the top-level folders."""
-    code = (
-        "import sys\n"
-        "sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '').startswith('__editable__')]\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "import memzoo.analysis, memzoo.registry, memzoo.configs\n"
-        "from memzoo.core.resources import resource_dir\n"
-        "print(memzoo.__file__, memzoo.analysis.__file__, memzoo.registry.__file__, memzoo.configs.__file__)\n"
-        "print(len(list(resource_dir('registry').glob('*.yaml'))), memzoo.analysis.load_results.__module__)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": ""}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    files, (cards, recipes_module) = out.stdout.split("\n")[0].split(), out.stdout.split("\n")[1].split()
-    assert files == [str(ROOT / "memzoo" / "__init__.py"), str(ROOT / "analysis" / "__init__.py"),
-                     str(ROOT / "registry" / "__init__.py"), str(ROOT / "configs" / "__init__.py")]
-    assert int(cards) == len(list((ROOT / "registry").glob("*.yaml"))) > 0
-    assert recipes_module == "memzoo.analysis.recipes"
+def test_every_package_is_a_layer_and_the_architecture_page_names_it() -> None:
+    """Each subpackage of memzoo/ (a folder with Python files) has a layer, and docs/architecture.md
+    names its folder, so the page cannot fall behind the code."""
+    folders = sorted(p.parent.name for p in (ROOT / "memzoo").glob("*/__init__.py"))
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    assert not [f for f in folders if f not in LAYER_OF], folders
+    missing = [f for f in folders if f"`memzoo/{f}/`" not in page]
+    assert not missing, f"docs/architecture.md does not name {missing}"
 
 
 @pytest.mark.parametrize("statement, module", [
-    ("from memzoo.running.train import train", "memzoo.core.model"),
-    ("import memzoo.running.train", "memzoo.running.evaluate"),
+    ("from memzoo.training.train import train", "memzoo.core.model"),
+    ("import memzoo.evaluations.distance", "memzoo.evaluations.capacity"),
 ])
 def test_the_checks_catch_a_breach_and_a_cycle(tmp_path: Path, monkeypatch, statement: str, module: str) -> None:
     """A higher-layer import inside a function of the core, and a cycle within a layer, are found."""
@@ -225,8 +214,8 @@ def test_the_checks_catch_a_breach_and_a_cycle(tmp_path: Path, monkeypatch, stat
     monkeypatch.setattr(sys.modules[__name__], "package_modules", lambda: {**modules, module: copy})
     graph, problems = import_graph()
     if module == "memzoo.core.model":
-        assert any(p.endswith(f"imports the higher layer running: {statement!r}") and f"({module}, layer core)" in p
+        assert any(p.endswith(f"imports the higher layer training: {statement!r}") and f"({module}, layer core)" in p
                    for p in problems), problems
     else:
-        assert not problems  # the same layer: allowed, but train already imports evaluate
-        assert any({"memzoo.running.evaluate", "memzoo.running.train"} <= set(c) for c in cycles(graph)), cycles(graph)
+        assert not problems  # the same layer: allowed, but distance already imports capacity
+        assert any({"memzoo.evaluations.capacity", "memzoo.evaluations.distance"} <= set(c) for c in cycles(graph)), cycles(graph)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import memzoo.running.longrange as longrange
-from memzoo.running.checkpoints import load_run
-from memzoo.running.configure import load_config
-from memzoo.running.longrange import LongRangeConfig, evaluate_longrange, passkey_length
-from memzoo.running.train import train
+import memzoo.evaluations.longrange as longrange
+from memzoo.runs.checkpoints import load_run
+from memzoo.runs.configure import load_config
+from memzoo.evaluations.longrange import LongRangeConfig, evaluate_longrange, passkey_length
+from memzoo.training.train import train
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=32", "train.batch_size=2",
         "train.window_segments=2", "train.bptt_segments=1", "train.warmup_steps=1", "eval.max_docs=2",
@@ -143,7 +143,7 @@ def test_finetuning_starts_from_the_trained_run(run_dir: Path, tmp_path: Path) -
 
 def test_cli_generate_continues_the_prompt_greedily(run_dir: Path, tmp_path: Path) -> None:
     from memzoo.data.tasks import bytes_to_tensor
-    from memzoo.running.generate import StreamingDecoder
+    from memzoo.evaluations.generate import StreamingDecoder
 
     prompt = "def main():\n    return " * 4  # 96 bytes: three segments of 32, the last one complete
     out = subprocess.run([sys.executable, "-m", "memzoo.cli", "generate", str(run_dir), "--prompt", prompt,
@@ -156,7 +156,7 @@ def test_cli_generate_continues_the_prompt_greedily(run_dir: Path, tmp_path: Pat
 
 
 def _child_peak(queue) -> None:
-    from memzoo.running.evaluate import peak_rss_mb
+    from memzoo.evaluations.run_result import peak_rss_mb
 
     queue.put(peak_rss_mb())
 
@@ -165,7 +165,7 @@ def test_a_spawned_process_reports_its_own_peak_memory() -> None:
     """A fresh process does not inherit its parent's peak (getrusage's ru_maxrss would)."""
     import multiprocessing
 
-    from memzoo.running.evaluate import peak_rss_mb
+    from memzoo.evaluations.run_result import peak_rss_mb
 
     ballast = torch.ones(300 * 2**20 // 4)  # the parent holds 300 MB more than the child will
     ctx = multiprocessing.get_context("spawn")

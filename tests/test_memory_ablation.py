@@ -4,20 +4,18 @@ that what a memory buys is read apart from the weights it trained. `full` with i
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from memzoo.running.checkpoints import load_checkpoint, load_run
-from memzoo.running.configure import build_model
-from memzoo.running.evaluate import evaluate_run
+from memzoo.runs.checkpoints import load_checkpoint, load_run
+from memzoo.runs.configure import build_model
+from memzoo.evaluations.lm import evaluate_run
 from memzoo.cli import main
-from memzoo.running.lm_evaluation import LmEvalConfig, evaluate_folder
-from memzoo.running.train import train
+from memzoo.evaluations.lm import LmEvalConfig, evaluate_folder
+from memzoo.training.train import train
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_train import config  # noqa: E402  (the small training config every training test uses)
+from test_train import config  # tests/ is on pytest's path (the small training config every training test uses)
 
 
 def test_full_with_its_cache_reset_is_local_with_fulls_weights(tmp_path: Path) -> None:
@@ -55,7 +53,7 @@ def test_a_suite_measures_the_ablation_as_a_stage_and_resumes_it(tmp_path: Path)
     from test_compare import write_suite
 
     from memzoo.suites.compare import load_suite, run_suite
-    from memzoo.suites.report import write_report
+    from memzoo.publishing.report import write_report
 
     suite = load_suite(str(write_suite(tmp_path, """
         methods: [local, xl]

@@ -1,4 +1,4 @@
-"""The fine-tune that keeps the language model (memzoo.running.mixing): (1 - f) x task loss + f x corpus loss."""
+"""The fine-tune that keeps the language model (memzoo.training.mixing): (1 - f) x task loss + f x corpus loss."""
 from __future__ import annotations
 
 import copy
@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from memzoo.core.config import ConfigError
-from memzoo.running.configure import load_config
-from memzoo.running.mixing import corpus_batches, mixed_window
+from memzoo.runs.configure import load_config
+from memzoo.training.mixing import corpus_batches, mixed_window
 from memzoo.data.tasks import TaskSampler
-from memzoo.running.configure import build_model
-from memzoo.running.train import train_window
+from memzoo.runs.configure import build_model
+from memzoo.training.train import train_window
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=64", "data.max_docs=30",
         "task.name=passkey", "task.lengths=[300]", "task.key_digits=2", "train.bptt_segments=5"]
@@ -67,7 +67,7 @@ def test_lm_fraction_is_checked_and_logged(tmp_path) -> None:
         load_config("local", TINY + ["task.lm_fraction=1.5"])
     with pytest.raises(ConfigError, match="task.lm_fraction=0.5 mixes the corpus into a task's loss"):
         load_config("local", ["task.lm_fraction=0.5"])
-    from memzoo.running.train import train
+    from memzoo.training.train import train
     import json
 
     cfg = load_config("local", TINY + ["task.lm_fraction=0.5", "train.steps=2", "train.batch_size=2", "train.log_every=1",

@@ -16,9 +16,9 @@ from memzoo.analysis.stats import bootstrap_versus, paired_bootstrap, paired_t
 from memzoo.core.memory import LayerInputs, LayerMemory, State, zero_loss
 from memzoo.core.model import is_memory_name
 from memzoo.core.plugins import register_memory, registered, unregister_memory
-from memzoo.running.checkpoints import load_checkpoint
-from memzoo.running.configure import build_model, load_config, load_run_config
-from memzoo.running.train import batch_source, train
+from memzoo.runs.checkpoints import load_checkpoint
+from memzoo.runs.configure import build_model, load_config, load_run_config
+from memzoo.training.train import batch_source, train
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16", "train.batch_size=2",
         "train.window_segments=4", "train.bptt_segments=2", "train.warmup_steps=1", "train.log_every=1",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memzoo.running.configure import build_model
-from memzoo.running.train import train
+from memzoo.runs.configure import build_model
+from memzoo.training.train import train
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16",
         "train.window_segments=4", "train.batch_size=2", "data.max_docs=20"]
@@ -52,7 +52,7 @@ def test_precision_reaches_both_sides_and_the_worker(monkeypatch) -> None:
     import json
     import warnings
 
-    import memzoo.running.train as train_module
+    import memzoo.training.train as train_module
 
     peer = load_peer()
     seen: list[str] = []

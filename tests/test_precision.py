@@ -13,7 +13,7 @@ import torch
 import memzoo.core.precision as precision
 from memzoo.core.config import ConfigError
 from memzoo.core.precision import autocast_context
-from memzoo.running.configure import load_config
+from memzoo.runs.configure import load_config
 
 CPU = torch.device("cpu")
 
@@ -177,7 +177,7 @@ def test_state_stays_float32_when_auto_picks_bf16(cpu_caps) -> None:
 def test_the_result_row_records_the_precision_and_why(tmp_path: Path) -> None:
     import json
 
-    from memzoo.running.train import train
+    from memzoo.training.train import train
 
     corpus = tmp_path / "doc.txt"
     corpus.write_bytes(Path(__file__).read_bytes() * 2)  # one file: split 90/5/5 by bytes (memzoo.data.corpus)

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from memzoo.running.curriculum import config_hash
+from memzoo.training.curriculum import config_hash
 from memzoo.suites.compare import expand, load_suite
-from memzoo.suites.references import (DEVICE, HOURS, SHIPPED_SUITES, freeze, hours_label, load_index, load_references, stale_rows,
+from memzoo.publishing.references import (DEVICE, HOURS, SHIPPED_SUITES, freeze, hours_label, load_index, load_references, stale_rows,
                                       training_hours)
-from memzoo.suites.scorecard import METRICS
+from memzoo.publishing.scorecard import METRICS
 
 
 @pytest.mark.parametrize("suite", SHIPPED_SUITES)
@@ -154,6 +154,6 @@ def test_config_hash_ignores_folders_but_not_what_is_trained() -> None:
 def test_references_load_from_the_installed_package_anywhere(tmp_path: Path) -> None:
     """After `pip install .` the tables are package data: a fresh interpreter in an empty folder
     finds the same rows (the checkout is not on its path)."""
-    code = "from memzoo.suites.references import load_references; print(len(load_references('quick')))"
+    code = "from memzoo.publishing.references import load_references; print(len(load_references('quick')))"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert int(out.stdout.strip()) == len(load_references("quick"))

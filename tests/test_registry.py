@@ -100,9 +100,10 @@ def test_entry_point_plugin_from_an_installed_package(tmp_path: Path) -> None:
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", *isolation, "--target", str(target), str(src)],
         check=True, capture_output=True,
     )
+    # The child process sets its own path: the plugin package was installed into `target`, not site-packages.
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]);"
-        "from memzoo.suites.catalog import catalogue; from memzoo.core.plugins import get_memory;"
+        "from memzoo.conformance.catalog import catalogue; from memzoo.core.plugins import get_memory;"
         "spec = get_memory('external-test-memory');"
         "print(json.dumps({'source': spec.source, 'listed': [r['name'] for r in catalogue()]}))"
     )

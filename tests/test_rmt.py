@@ -12,8 +12,8 @@ from memzoo.core.memory import state_numbers
 from memzoo.core.model import MemoryModel
 from memzoo.data.corpus import Batch
 from memzoo.memories.rmt import RMTConfig, RecurrentMemory
-from memzoo.running.train import train_window
-from memzoo.suites.catalog import card_footprint, get_card
+from memzoo.training.train import train_window
+from memzoo.conformance.catalog import card_footprint, get_card
 
 B, N, V, P = 2, 8, 256, 3
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from memzoo.suites.catalog import load_cards, rounding_sensitive
+from memzoo.conformance.catalog import load_cards, rounding_sensitive
 from memzoo.suites.compare import expand, load_suite
-from memzoo.suites.references import freeze
-from memzoo.suites.report import write_report
+from memzoo.publishing.references import freeze
+from memzoo.publishing.report import write_report
 from test_references import _fake_results
 
 

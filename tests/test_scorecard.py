@@ -12,8 +12,8 @@ import pytest
 
 from memzoo.cli import main
 from memzoo.core.plugins import unregister_memory
-from memzoo.suites.references import load_references
-from memzoo.suites.scorecard import SuiteScore, rank_table, recall_past_training, score_table
+from memzoo.publishing.references import load_references
+from memzoo.publishing.scorecard import SuiteScore, rank_table, recall_past_training, score_table
 from test_readme import readme_plugin_source
 
 # One step of a one-layer model on 40 documents: the plumbing, not the numbers.
@@ -89,7 +89,7 @@ def test_lm_stream_is_scored_on_segments_after_the_first() -> None:
     token-weighted), not by the whole document: segment 0 is the weights' alone."""
     import pandas as pd
 
-    from memzoo.suites.scorecard import score_table
+    from memzoo.publishing.scorecard import score_table
 
     rows = pd.DataFrame([
         {"method": m, "seed": s, "backbone_init": "split", "bpb_by_segment": [b0, b1, b2], "tokens_by_segment": [10, 10, 30]}

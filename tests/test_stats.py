@@ -75,7 +75,7 @@ def test_summary_marks_a_known_margin_and_not_a_shared_distribution() -> None:
 
 
 def test_report_tables_format_per_column() -> None:
-    from memzoo.suites.report import summary_display
+    from memzoo.publishing.sections import summary_display
 
     shown = summary_display(_lm_rows({"local": 3.0, "better": 2.9}, seeds=3)).set_index("method")
     assert shown.loc["local", "footprint"] == "0" and shown.loc["better", "footprint"] == "16,896"
@@ -84,7 +84,8 @@ def test_report_tables_format_per_column() -> None:
     assert shown.loc["better", "valid_bpb"].count(" ± ") == 1 and len(shown.loc["better", "valid_bpb"].split(" ± ")[0]) == 5
     assert shown.loc["local", "vs local"] == "ref" and shown.loc["better", "vs best"] == "ref"
     assert shown.loc["better", "vs local"].startswith("-0.") and shown.loc["better", "vs local"].endswith(" *")
-    from memzoo.suites.report import console_table, format_value  # what `memzoo compare` prints at the end
+    from memzoo.publishing.cells import format_value
+    from memzoo.publishing.sections import console_table  # what `memzoo compare` prints at the end
 
     assert format_value("params", np.int64(821504)) == "821,504" and format_value("lr", 3e-4) == "0.0003"
     assert format_value("valid_bpb", np.float32(3.8374)) == "3.837" and format_value("p_vs_local", np.nan) == ""
@@ -135,7 +136,7 @@ def test_pareto_front_by_hand() -> None:
 
 
 def test_capacity_figure_and_report(tmp_path: Path) -> None:
-    from memzoo.suites.report import write_report
+    from memzoo.publishing.report import write_report
 
     df = capacity_rows()
     fig = capacity_curves(df)
@@ -159,7 +160,7 @@ def test_capacity_figure_and_report(tmp_path: Path) -> None:
 def test_passkey_accuracy_interval_is_over_seeds() -> None:
     import json
 
-    from memzoo.suites.report import passkey_summary
+    from memzoo.publishing.sections import passkey_summary
 
     def rows(depth0: float) -> str:  # depth 0 at `depth0`, depth 1 always right: the seed's mean is (depth0 + 1) / 2
         return json.dumps([{"length": 4096, "depth": d, "accuracy": depth0 if d == 0 else 1.0, "tokens_per_s": 1000.0,
@@ -193,7 +194,7 @@ def test_babilong_summary_figure_and_report(tmp_path: Path) -> None:
     """Means and t intervals over seeds per (method, task, length), lengths ordered in bytes, the reset
     arm merged beside its plain row; the figure draws one line per method and the label chance."""
     from memzoo.analysis import babilong_curves, babilong_summary
-    from memzoo.suites.report import write_report
+    from memzoo.publishing.report import write_report
 
     df = babilong_rows()
     s = babilong_summary(df)

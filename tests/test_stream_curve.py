@@ -1,19 +1,13 @@
-"""experiments/lm-stream/curve.py on hand-made runs: a suite cut off by a lease is compared at the last
+"""memzoo.publishing.curves (what experiments/lm-stream/curve.py prints) on hand-made runs: a suite cut off by a lease is compared at the last
 step every run reached, and the step table gives the hand-computed differences and headroom there."""
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from memzoo.analysis.recipes import headroom_recovered, range_differences
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("stream_curve", ROOT / "experiments" / "lm-stream" / "curve.py")
-curve = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(curve)
+import memzoo.publishing.curves as curve
 
 # bits per byte after segment 0 at step 200, per (method, seed): local - full is 0.4 and 0.2, local - m 0.1 and 0.1
 AFTER = {("local", 0): 2.0, ("local", 1): 2.2, ("full", 0): 1.6, ("full", 1): 2.0, ("m", 0): 1.9, ("m", 1): 2.1}

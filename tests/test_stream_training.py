@@ -8,16 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import memzoo.running.train as train_module
+import memzoo.training.train as train_module
 from memzoo.core.config import ConfigError
 from memzoo.data.corpus import Document, StreamSampler
-from memzoo.running.checkpoints import load_checkpoint
-from memzoo.running.train import train
+from memzoo.runs.checkpoints import load_checkpoint
+from memzoo.training.train import train
 
-import sys  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_train import config, cut_off_after  # noqa: E402  (the small training config every training test uses)
+from test_train import config, cut_off_after  # tests/ is on pytest's path (the small training config every training test uses)
 
 N = 4  # segment length of the sampler tests
 

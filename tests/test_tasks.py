@@ -8,7 +8,7 @@ import torch
 from memzoo.core.config import ConfigError, TaskConfig
 from memzoo.data.tasks import (FILLER, KEY_BASE, PREAMBLE, QUESTION, TaskSampler, VALUE_BASE, passkey_digit_scores,
                                passkey_fixed_bytes, passkey_prompt, recall_example, score_passkey)
-from memzoo.running.configure import load_config
+from memzoo.runs.configure import load_config
 
 
 def test_passkey_prompt_is_the_papers_text() -> None:

@@ -12,10 +12,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from memzoo.cli import main
-from memzoo.running.configure import load_config
-from memzoo.running.distributed import DistInfo
-from memzoo.running.tracking import make_tracker
-from memzoo.running.train import train
+from memzoo.runs.configure import load_config
+from memzoo.runs.distributed import DistInfo
+from memzoo.runs.tracking import make_tracker
+from memzoo.training.train import train
 
 HAS_TB = importlib.util.find_spec("tensorboard") is not None
 HAS_WANDB = importlib.util.find_spec("wandb") is not None
@@ -124,7 +124,7 @@ def test_only_rank_0_logs(tmp_path: Path, tracker: str) -> None:
 def test_a_suite_run_log_section_reaches_every_run_and_stage(tmp_path: Path) -> None:
     """`run: log: tracker:` of a suite is every run's (pretraining and fine-tuning stages too), under
     the suite's run name and grouped by the suite; changing it leaves finished runs finished."""
-    from memzoo.running.curriculum import config_matches
+    from memzoo.training.curriculum import config_matches
     from memzoo.suites.compare import expand, load_suite
 
     suite_yaml = tmp_path / "s.yaml"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from memzoo.running.checkpoints import load_checkpoint
-from memzoo.running.configure import load_config
-from memzoo.running.train import lr_at, train
+from memzoo.runs.checkpoints import load_checkpoint
+from memzoo.runs.configure import load_config
+from memzoo.training.train import lr_at, train
 
 OVERRIDES = [
     "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16",
@@ -68,7 +68,7 @@ class OnTheGpu:
 def test_a_checkpoint_loaded_onto_the_gpu_resumes_with_its_rng_state(tmp_path: Path, monkeypatch) -> None:
     """A CUDA run loads its checkpoint onto the GPU, RNG state included; torch.set_rng_state takes a CPU
     tensor only (lm-stream-gpu's first resume failed so, H200 2026-11-27), so the state goes back first."""
-    import memzoo.running.train as train_module
+    import memzoo.training.train as train_module
 
     straight = train(config(tmp_path, "infini-delta", "name=straight"), progress=False, evaluate_at_end=False)
     cfg = config(tmp_path, "infini-delta", "name=moved")
@@ -86,7 +86,7 @@ def test_a_cuda_resume_without_the_device_generator_says_its_draws_restart(monke
     dropout draws restarted from the seed: that is said, and a checkpoint that holds it sets it silently."""
     import warnings
 
-    from memzoo.running.checkpoints import restore_rng_states
+    from memzoo.runs.checkpoints import restore_rng_states
 
     set_on_device = []
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: set_on_device.append((state, device)))
@@ -107,7 +107,7 @@ def test_a_cuda_resume_without_the_device_generator_says_its_draws_restart(monke
 def test_interruption_inside_a_step_resumes_exactly_with_dropout(tmp_path: Path, monkeypatch) -> None:
     """Cut off in the middle of step 4 (inside the forward/backward): the checkpoint holds the weights
     and RNG of 3 completed steps, and resuming reproduces an uninterrupted run with dropout on."""
-    import memzoo.running.train as train_module
+    import memzoo.training.train as train_module
 
     extra = ("model.dropout=0.1", "train.checkpoint_every=0")
     straight = train(config(tmp_path, "infini-linear", "name=straight", *extra), progress=False, evaluate_at_end=False)
@@ -135,7 +135,7 @@ def test_a_step_with_non_finite_gradients_stops_the_run_and_keeps_the_last_weigh
     """Seen on a distance run: one batch whose state diverged gave a NaN gradient, the step applied it,
     and every later step and checkpoint was NaN. Now step 3's NaN gradient stops the run with an error
     naming the step, and the checkpoint holds the finite weights of step 2."""
-    import memzoo.running.train as train_module
+    import memzoo.training.train as train_module
 
     real, calls = train_module.train_window, {"n": 0}
 
@@ -157,7 +157,7 @@ def test_a_step_with_non_finite_gradients_stops_the_run_and_keeps_the_last_weigh
 
 def test_bits_per_byte_of_a_uniform_model_is_exactly_eight() -> None:
     from memzoo.data.corpus import Document
-    from memzoo.running.evaluate import evaluate_model
+    from memzoo.evaluations.lm import evaluate_model
     from conftest import tiny_model
 
     model = tiny_model("infini-linear")
@@ -174,7 +174,7 @@ def test_streamed_evaluation_scores_each_document_as_if_alone() -> None:
     """Rows packed three at a time (a row moves on to the next document mid-stream, the step sums stay on
     the device until the end) give each document and segment index the bits it gets streamed alone."""
     from memzoo.data.corpus import Document
-    from memzoo.running.evaluate import evaluate_model
+    from memzoo.evaluations.lm import evaluate_model
     from conftest import tiny_model
 
     g = torch.Generator().manual_seed(0)
@@ -237,12 +237,9 @@ def test_learning_rate_schedule() -> None:
 def test_task_blocks_align_to_the_answer(align_end: bool, reached: set) -> None:
     """A loss only at the last of 6 segments with k = 4: blocks from the start ([0-3], [4-5]) reach
     segments 4 and 5; blocks aligned to the end ([0-1], [2-5], as task runs use) reach 2 to 5."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
     from conftest import tiny_model
     from memzoo.data.corpus import Batch
-    from memzoo.running.train import train_window
+    from memzoo.training.train import train_window
 
     model = tiny_model("infini-linear")
     model.train()
@@ -270,8 +267,8 @@ def test_evaluations_during_training_are_kept_by_segment_and_survive_a_resume(tm
     """train.eval_every writes one evals.jsonl row per evaluation: bits per byte by segment equal to
     evaluating that step's checkpoint; a run resumed from an earlier checkpoint drops the rows it
     repeats instead of keeping both."""
-    from memzoo.running.configure import build_model
-    from memzoo.running.evaluate import evaluate_run
+    from memzoo.runs.configure import build_model
+    from memzoo.evaluations.lm import evaluate_run
 
     cfg = config(tmp_path, "xl", "name=curve", "train.eval_every=2", "train.checkpoint_every=1")
     run, seen = tmp_path / "curve", {}

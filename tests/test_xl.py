@@ -15,7 +15,7 @@ from memzoo.core.config import ModelConfig
 from memzoo.core.memory import LayerInputs, state_numbers
 from memzoo.core.model import MemoryModel
 from memzoo.memories.xl import TransformerXL, XLConfig
-from memzoo.suites.catalog import card_footprint, get_card
+from memzoo.conformance.catalog import card_footprint, get_card
 
 B, S, H, N, D = 2, 3, 2, 8, 8
 BASE = 10000.0

@@ -74,7 +74,7 @@ def backends_agree(cfg: Any, batch: Any) -> Optional[float]:
     except Exception as err:  # installed but built for another torch or CUDA: say so, measure the rest
         raise RuntimeError(f"xformers is installed but does not load: {err}") from err
     from memzoo.core.precision import autocast_context
-    from memzoo.running.configure import build_model
+    from memzoo.runs.configure import build_model
 
     logits = {}
     for backend in ("sdpa", "xformers"):
@@ -121,8 +121,8 @@ def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
     (`device` cpu: a dry run of the same code, for checking it without a GPU.)"""
     from memzoo.core.losses import LN2
     from memzoo.data.corpus import WindowSampler
-    from memzoo.running.configure import build_model
-    from memzoo.running.train import train_window
+    from memzoo.runs.configure import build_model
+    from memzoo.training.train import train_window
 
     cuda = device.type == "cuda"
     tc, m = cfg.train, cfg.model

@@ -2,10 +2,10 @@
 # Every GPU check memzoo has, in one call sized to a short lease (about 9 minutes on one H100/H200,
 # leaving a lease of 15 minutes time for its start and a second try):
 #   1. `memzoo compare lm-gpu` in the background: the bits-per-byte comparison, 15 runs sharing the GPU;
-#   2. meanwhile benchmarks/gpu/cudnn_sdpa_check.py (cuDNN attention's backward against math),
-#      benchmarks/gpu/cuda_check.py (every fast path against the float64 CPU oracle, fla's included)
+#   2. meanwhile checks/cudnn_sdpa_check.py (cuDNN attention's backward against math),
+#      checks/cuda_check.py (every fast path against the float64 CPU oracle, fla's included)
 #      benchmarks/gpu/fla_speed.py (fla's DeltaNet kernels against the PyTorch chunkwise form)
-#      and benchmarks/gpu/resume_check.py (a run cut off and resumed on CUDA ends as a straight one);
+#      and checks/resume_check.py (a run cut off and resumed on CUDA ends as a straight one);
 #   3. once the GPU is free: benchmarks/gpu/gpu.py (paper-gpu tokens/s per method, ratios to local).
 # Usage: OUT=dir bash benchmarks/gpu/gpu_session.sh. PYTHON=python3 by default. Wheels the GPU image lacks
 # (omegaconf; fla-core for the fused kernels) are installed from .whl/ when present (docs/scaling.md).
@@ -36,13 +36,13 @@ LM=$!
 
 if [ "${CHECKS:-1}" != 0 ]; then
 log "2a. cuDNN attention backward against math"
-timeout -k 5 60 $PY benchmarks/gpu/cudnn_sdpa_check.py
+timeout -k 5 60 $PY checks/cudnn_sdpa_check.py
 log "2b. fast paths on CUDA against the float64 CPU oracle"
-timeout -k 5 200 $PY benchmarks/gpu/cuda_check.py --out "$R"
+timeout -k 5 200 $PY checks/cuda_check.py --out "$R"
 log "2c. fla's DeltaNet kernels against the PyTorch chunkwise form"
 timeout -k 5 90 $PY benchmarks/gpu/fla_speed.py --rounds 3 --out "$R"
 log "2d. an interrupted run resumes on CUDA as an uninterrupted one ends"
-timeout -k 5 120 $PY benchmarks/gpu/resume_check.py --out "$R"
+timeout -k 5 120 $PY checks/resume_check.py --out "$R"
 fi
 
 log "waiting for $LM_SUITE"

@@ -66,7 +66,7 @@ def _scalar(value: str) -> Any:
 
 def run_config(suite: str, method: str, options: dict[str, Any], overrides: list[str]) -> Any:
     """The suite's first run config for `method` (seed 0, first grid point), its memory options updated."""
-    from memzoo.running.configure import build_model  # noqa: F401  (imports the plugins)
+    from memzoo.runs.configure import build_model  # noqa: F401  (imports the plugins)
     from memzoo.suites.compare import expand, load_suite
 
     spec = next(s for s in expand(load_suite(suite, overrides + [f"methods=[{method}]"])) if s.method == method)
@@ -119,8 +119,8 @@ def bench(cfg: Any, docs: list, steps: int, device: torch.device, count_ops: boo
           saved: bool) -> dict[str, Any]:
     """Time `steps` training steps after `warmup` untimed ones; memory and (optionally) aten calls."""
     from memzoo.data.corpus import WindowSampler
-    from memzoo.running.configure import build_model
-    from memzoo.running.window import train_window
+    from memzoo.runs.configure import build_model
+    from memzoo.training.windows import train_window
 
     tc, m = cfg.train, cfg.model
     precision = "bf16" if device.type == "cuda" else "fp32"

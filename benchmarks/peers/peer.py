@@ -52,7 +52,7 @@ def memzoo_config(rule: str, threads: int, overrides: list[str] | None = None, p
     """The `memzoo train` config at the port's configuration (CPU; fp32 unless `precision` says bf16)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}; expected one of {PRECISIONS}")
-    from memzoo.running.configure import load_config
+    from memzoo.runs.configure import load_config
 
     return load_config("small", [
         f"memory.name=infini-{rule}", f"model.d_model={DIM}", f"model.n_layers={DEPTH}", f"model.n_heads={HEADS}",
@@ -66,8 +66,8 @@ def memzoo_step(rule: str, threads: int, overrides: list[str] | None = None,
                 precision: str = "fp32") -> tuple[Callable[[], None], torch.nn.Module]:
     """`memzoo train`'s first optimiser step (its batch, learning rate, train_window under
     train.precision, clipping and AdamW), as a closure that repeats it, and the model it trains."""
-    from memzoo.running.configure import build_model
-    from memzoo.running.train import batch_source, build_optimizer, lr_at, train_window
+    from memzoo.runs.configure import build_model
+    from memzoo.training.train import batch_source, build_optimizer, lr_at, train_window
 
     cfg = memzoo_config(rule, threads, overrides, precision)
     tc = cfg.train
@@ -101,7 +101,7 @@ def port_step(rule: str, threads: int, precision: str = "fp32") -> Callable[[], 
     clipping, AdamW), as a closure."""
     from infini_transformer_pytorch import InfiniTransformer, InfiniTransformerWrapper
 
-    from memzoo.running.train import batch_source
+    from memzoo.training.train import batch_source
 
     cfg = memzoo_config(rule, threads, precision=precision)  # the same bytes and optimiser settings
     tc = cfg.train

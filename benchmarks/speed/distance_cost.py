@@ -1,5 +1,5 @@
 """CPU cost of a distance suite, estimated from a few steps: per run, the training steps of every
-curriculum stage it trains (memzoo.running.curriculum, reach included) times that stage's measured
+curriculum stage it trains (memzoo.training.curriculum, reach included) times that stage's measured
 CPU seconds per step, and the streamed evaluation (one stream to the longest gap, both arms)
 extrapolated from a stream to a shorter gap.
 
@@ -23,11 +23,11 @@ import pandas as pd
 import torch
 
 from memzoo.data.tasks import TaskSampler
-from memzoo.running.configure import build_model
-from memzoo.running.distance import DistanceConfig, stream_gaps
-from memzoo.running.harness import Meter
-from memzoo.running.recall_stream import training_layout
-from memzoo.running.train import build_optimizer, train_window
+from memzoo.runs.configure import build_model
+from memzoo.evaluations.distance import DistanceConfig, stream_gaps
+from memzoo.evaluations.harness import Meter
+from memzoo.evaluations.recall_stream import training_layout
+from memzoo.training.train import build_optimizer, train_window
 from memzoo.suites.compare import expand, load_suite, longrange_configs
 
 CAPACITY_TOP_CPU_S = 217.0  # a capacity-top run (5,000 steps at gap 1), measured on the 2-core machine (README)

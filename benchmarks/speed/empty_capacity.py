@@ -3,7 +3,7 @@ while fewer slots are filled than the small one holds, so both give the same out
 
     python benchmarks/speed/empty_capacity.py [--steps 5] [--threads 1] [--d-model 64] [--out results/bench] [--tag after]
 
-Pairs (the rest of configs/small.yaml with d_model 64, as in the empty-capacity probe):
+Pairs (the rest of memzoo/configs/small.yaml with d_model 64, as in the empty-capacity probe):
 * memorizing: store_size 65,536 (the default) against 1,024, every other option at its default;
 * compressive: the defaults (mem_len 2,048, cmem_len 2,048) against mem_len 1,024, cmem_len 1,024;
 * xl: the default mem_len 2,048 against 1,024.
@@ -23,8 +23,8 @@ import pandas as pd
 import torch
 
 from memzoo.data.corpus import WindowSampler, load_documents, split_documents
-from memzoo.running.configure import build_model, load_config
-from memzoo.running.train import train_window
+from memzoo.runs.configure import build_model, load_config
+from memzoo.training.train import train_window
 
 PAIRS = {  # method: (big overrides, small overrides)
     "memorizing": (["memory.store_size=65536"], ["memory.store_size=1024"]),

@@ -19,8 +19,8 @@ import torch
 from memzoo.core.config import ConfigError
 from memzoo.core.plugins import registered
 from memzoo.data.corpus import WindowSampler, load_documents, split_documents
-from memzoo.running.configure import build_model, load_config
-from memzoo.running.train import train_window
+from memzoo.runs.configure import build_model, load_config
+from memzoo.training.train import train_window
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ and the time per token does not grow with length.
     python benchmarks/speed/streaming.py --results results/longrange      # summarise a longrange suite
 
 Without --results it builds each method at its preset with untrained weights (cost does not
-depend on the weights), streams one passkey prompt per length through `memzoo.running.longrange`, and
+depend on the weights), streams one passkey prompt per length through `memzoo.evaluations.longrange`, and
 writes results/bench/streaming.csv (long rows) and streaming_targets.csv (one row per method).
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ import torch
 from memzoo.analysis import length_cost_table, load_results, longrange_table
 from memzoo.core.config import ConfigError, to_yaml
 from memzoo.core.plugins import registered
-from memzoo.running.configure import build_model, load_config
-from memzoo.running.longrange import LongRangeConfig, evaluate_longrange
+from memzoo.runs.configure import build_model, load_config
+from memzoo.evaluations.longrange import LongRangeConfig, evaluate_longrange
 
 
 def untrained_run(method: str, root: Path) -> Path:

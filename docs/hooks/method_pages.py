@@ -1,4 +1,4 @@
-"""MkDocs hook: one page per method, written at build time from its card in registry/.
+"""MkDocs hook: one page per method, written at build time from its card in memzoo/registry/.
 
 The card is the single source of a method's facts (citation, footprint formula and note, effective
 context, update, retrieval, defaults, choices, reference results); this hook only lays them out.
@@ -60,7 +60,7 @@ def methods() -> tuple[dict[str, Any], dict[str, Any]]:
     """(cards, in-tree plugin specs) by name."""
     import memzoo  # noqa: F401  (registers the in-tree plugins)
     from memzoo.core.plugins import registered
-    from memzoo.suites.catalog import load_cards
+    from memzoo.conformance.catalog import load_cards
 
     return load_cards(), {name: spec for name, spec in registered().items() if in_tree(spec)}
 
@@ -82,7 +82,7 @@ def implementation(name: str, spec: Optional[Any]) -> list[str]:
 
     preset = resource_dir("configs") / "presets" / f"{name}.yaml"
     if preset.is_file():
-        lines += ["", f"Its preset, `configs/presets/{name}.yaml` (`memzoo train {name}`):", "",
+        lines += ["", f"Its preset, `memzoo/configs/presets/{name}.yaml` (`memzoo train {name}`):", "",
                   "```yaml", preset.read_text().rstrip(), "```"]
     return lines
 
@@ -91,7 +91,7 @@ def card_page(name: str, card: Optional[Any], spec: Optional[Any]) -> str:
     """The Markdown page of one method."""
     out = [f"# {name}", ""]
     if card is None:
-        out += ["!!! warning \"No card\"", f"    `{name}` is registered but has no card in `registry/`.", ""]
+        out += ["!!! warning \"No card\"", f"    `{name}` is registered but has no card in `memzoo/registry/`.", ""]
         out += ["## Implementation", "", *implementation(name, spec), ""]
         return "\n".join(out)
     out += [f"*{text(card.family)}*", ""]
@@ -117,14 +117,14 @@ def card_page(name: str, card: Optional[Any], spec: Optional[Any]) -> str:
         out += ["## Reference results", "", "Reported by the papers (not measured here):", ""]
         out += [f"- {text(r)}" for r in card.reference_results] + [""]
     out += ["## Implementation", "", *implementation(name, spec), ""]
-    out += ["---", "", f"Generated from `registry/{name}.yaml` when the site is built; edit the card, not this page.", ""]
+    out += ["---", "", f"Generated from `memzoo/registry/{name}.yaml` when the site is built; edit the card, not this page.", ""]
     return "\n".join(out)
 
 
 def index_page(cards: dict[str, Any], specs: dict[str, Any]) -> str:
     """The table of every method."""
     out = ["# Methods", "",
-           "Every method memzoo knows, one page each, generated from its card in `registry/` "
+           "Every method memzoo knows, one page each, generated from its card in `memzoo/registry/` "
            "(`memzoo list` prints the same catalogue). The footprint is the paper's count of the numbers the state "
            "holds per sequence, in the config's symbols.", "",
            "| method | family | paper | footprint formula | level |", "| --- | --- | --- | --- | --- |"]
@@ -182,6 +182,6 @@ def on_files(files: Any, config: Any) -> Any:
     for path, content in method_pages().items():
         existing = files.get_file_from_path(path)
         if existing is not None:
-            raise ValueError(f"docs/{path} exists on disk; the method pages are generated from registry/, not written")
+            raise ValueError(f"docs/{path} exists on disk; the method pages are generated from memzoo/registry/, not written")
         files.append(File.generated(config, path, content=content))
     return files

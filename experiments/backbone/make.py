@@ -1,5 +1,5 @@
 """Pretrain the shared `local` backbone that every method can be fine-tuned from, and ship it inside the
-package as memzoo/backbones/NAME.pt (memzoo.running.backbones; `task.init_from=backbone:NAME`).
+package as memzoo/backbones/NAME.pt (memzoo.training.backbones; `task.init_from=backbone:NAME`).
 
     PYTHONPATH=. python experiments/backbone/make.py [--name small-stdlib] [--steps 1500] [--out runs/backbone]
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from memzoo.running.backbones import ship_backbone, shipped_dir
-from memzoo.running.configure import load_config
-from memzoo.running.train import train
+from memzoo.training.backbones import ship_backbone, shipped_dir
+from memzoo.runs.configure import load_config
+from memzoo.training.train import train
 
 
 def main() -> None:

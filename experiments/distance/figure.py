@@ -20,7 +20,7 @@ import pandas as pd
 
 from memzoo.analysis import load_results
 from memzoo.analysis.distance import common_gaps_only, distance_curves
-from memzoo.suites.references import load_references
+from memzoo.publishing.references import load_references
 
 
 def main() -> None:

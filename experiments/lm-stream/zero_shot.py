@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from memzoo.running.backbones import load_shipped_backbone
-from memzoo.running.checkpoints import load_backbone
-from memzoo.running.configure import build_model
-from memzoo.running.evaluate import evaluate_model, split_docs
+from memzoo.training.backbones import load_shipped_backbone
+from memzoo.runs.checkpoints import load_backbone
+from memzoo.runs.configure import build_model
+from memzoo.evaluations.lm import evaluate_model, split_docs
 from memzoo.suites.compare import expand, load_suite
-from memzoo.suites.tables import markdown
+from memzoo.publishing.tables import markdown
 
 RANGES = {"segment 0": (0, 1), "segments 1-3": (1, 4), "segments 4-7": (4, 8), "segments 8-15": (8, 16),
           "segments 16-31": (16, 32)}

@@ -10,7 +10,7 @@ import argparse
 import torch
 
 from memzoo.diagnose.knn_rank import knn_layer_of, slot_ranks
-from memzoo.running.checkpoints import load_trained
+from memzoo.runs.checkpoints import load_trained
 
 
 def main() -> None:

@@ -58,7 +58,7 @@ def install(method: str) -> None:
 
 
 def run(model, batch, cfg) -> tuple[dict[str, list[torch.Tensor]], float, torch.Tensor]:
-    from memzoo.running.window import train_window
+    from memzoo.training.windows import train_window
 
     CAPTURED.clear()
     model.zero_grad()
@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--per-call", action="store_true", help="every call's gain, in call order")
     ap.add_argument("--options", nargs="*", default=[], help="quick-suite overrides")
     args = ap.parse_args()
-    import memzoo.running.train as train_mod
+    import memzoo.training.train as train_mod
 
     torch.set_num_threads(1)
     cfg = quick_config(args.method, 0, "/tmp/forward-gain", args.options)

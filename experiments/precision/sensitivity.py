@@ -50,7 +50,7 @@ def quick_config(method: str, seed: int, out_dir: str, overrides: Optional[list[
 def run_one(method: str, seed: int, condition: str, out_dir: str, log_every: int, trace: bool,
             overrides: Optional[list[str]] = None) -> dict[str, Any]:
     """One quick run under `condition` (in a fresh process); its result row."""
-    import memzoo.running.train as train_mod
+    import memzoo.training.train as train_mod
 
     threads, rel = CONDITIONS[condition]
     torch.set_num_threads(threads)

@@ -34,7 +34,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor] = None) -> Tens
     On an H100 (torch 2.11, cuDNN 9.19) cuDNN's backward gave Memorizing's bf16 gradients 0.1 off (NaN in
     some runs) and then a failed cuBLAS call: right for the first output-gradient layout of a shape, about
     100% off for another (its kNN layer's gate hands attention a dense gradient, an XL layer a strided
-    one). Flash, memory-efficient and math were right on the same inputs; benchmarks/gpu/cudnn_sdpa_check.py
+    one). Flash, memory-efficient and math were right on the same inputs; checks/cudnn_sdpa_check.py
     says whether a GPU's cuDNN still does this.
     """
     with cudnn_sdpa_off():

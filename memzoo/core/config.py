@@ -2,7 +2,7 @@
 
 A run config has fixed sections (model, data, train, eval, task) checked against these dataclasses.
 The checks that need the registry or the tasks (the `memory` section against the chosen plugin's
-own config dataclass, the task's layout) sit above both, in memzoo.running.configure.
+own config dataclass, the task's layout) sit above both, in memzoo.runs.configure.
 """
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ class TaskConfig:
     # curriculum grows k stage by stage: 1 -> 2 -> 4)
     key_segments_back: list[int] = field(default_factory=list)
     # task runs: each step's loss = (1 - f) x task loss + f x corpus LM loss on a corpus batch of the
-    # task batch's shape (memzoo.running.mixing), so a fine-tune keeps the language model; 0 = task only
+    # task batch's shape (memzoo.training.mixing), so a fine-tune keeps the language model; 0 = task only
     lm_fraction: float = 0.0
     pairs: int = 16  # recall: key-value pairs
     queries: int = 8  # recall: keys asked again
@@ -171,7 +171,7 @@ class TaskConfig:
 @dataclass
 class LogConfig:
     """Where a run's metrics go beside metrics.jsonl (always written): an experiment tracker
-    (memzoo.running.tracking). Changing it never makes a finished run stale."""
+    (memzoo.runs.tracking). Changing it never makes a finished run stale."""
 
     tracker: str = "none"  # none | tensorboard (pip install 'memzoo[tensorboard]') | wandb ('memzoo[wandb]')
     project: str = "memzoo"  # wandb: the project
@@ -198,7 +198,7 @@ class RunConfig:
 
 
 def preset_path(name_or_path: str) -> Path:
-    """A YAML path as given, else a preset shipped in configs/ (e.g. `infini-linear`, `paper/table1`)."""
+    """A YAML path as given, else a preset shipped in memzoo/configs/ (e.g. `infini-linear`, `paper/table1`)."""
     path = Path(name_or_path)
     if path.is_file():
         return path
@@ -352,7 +352,7 @@ def _number(v: Any) -> bool:
 
 # Numeric keys and the values a run can use: (test, what is expected). NaN and infinities fail every
 # test. The run config's other checks (sizes that must divide, choices of a string, the task) are in
-# memzoo.running.configure.resolve.
+# memzoo.runs.configure.resolve.
 RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model.vocab_size": (lambda v: v >= 256, "an integer >= 256 (the bytes 0..255 are the tokens)"),
     "model.mlp_ratio": (lambda v: _number(v) and v > 0, "a number > 0"),

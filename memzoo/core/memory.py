@@ -163,7 +163,7 @@ class _Memory(nn.Module):
         """Per layer, how many positions before its segment's first token the layer can attend to,
         when what it reads of the past is a window of positions (XL's cache, a kNN store); None when
         its state can in principle carry anything from any earlier segment (a matrix, memory tokens,
-        full attention). memzoo.running.reach turns the windows into the farthest gap a memory can
+        full attention). memzoo.evaluations.reach turns the windows into the farthest gap a memory can
         bridge. Default: None."""
         return None
 

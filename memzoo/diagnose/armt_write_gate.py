@@ -28,10 +28,10 @@ from torch import Tensor
 import memzoo.memories.armt as armt
 from memzoo.core.probe import recording
 from memzoo.core.model import MemoryModel
-from memzoo.running.checkpoints import load_trained
-from memzoo.running.distance import distance_batch
-from memzoo.running.generate import StreamingDecoder
-from memzoo.running.recall_stream import training_layout
+from memzoo.runs.checkpoints import load_trained
+from memzoo.evaluations.distance import distance_batch
+from memzoo.evaluations.generate import StreamingDecoder
+from memzoo.evaluations.recall_stream import training_layout
 
 SHUT = 1e-6  # a β below this writes nothing a float32 state can hold next to the pairs' write
 

@@ -30,9 +30,9 @@ from torch import Tensor
 
 import memzoo.memories.gated_deltanet as gdn
 from memzoo.core.probe import recording
-from memzoo.running.checkpoints import load_trained
+from memzoo.runs.checkpoints import load_trained
 from memzoo.diagnose.stream import ProbeStream
-from memzoo.running.recall_stream import training_layout
+from memzoo.evaluations.recall_stream import training_layout
 
 SMALL_BETA = 0.01  # a write this weak moves S by at most 1% of the error along k
 RECURRENCE = gdn.delta_rule_chunkwise  # the plugin's own chunkwise form (same values as its loop)

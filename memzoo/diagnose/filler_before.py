@@ -20,10 +20,10 @@ from dataclasses import replace
 from typing import Any
 
 from memzoo.data.tasks import SegmentRecallExample, _filler
-from memzoo.running.capacity import accuracy, predict_scored
-from memzoo.running.checkpoints import load_trained
-from memzoo.running.distance import distance_batch
-from memzoo.running.recall_stream import training_layout
+from memzoo.evaluations.capacity import accuracy, predict_scored
+from memzoo.runs.checkpoints import load_trained
+from memzoo.evaluations.distance import distance_batch
+from memzoo.evaluations.recall_stream import training_layout
 
 
 def with_filler_before(example: SegmentRecallExample, segments: int, segment_len: int) -> SegmentRecallExample:

@@ -15,7 +15,7 @@ import torch
 from memzoo.core.losses import token_nll
 from memzoo.core.model import MemoryModel
 from memzoo.data.corpus import load_documents, split_documents
-from memzoo.running.checkpoints import load_trained
+from memzoo.runs.checkpoints import load_trained
 
 
 def probe_batch(cfg, chunks: int, chunk_len: int, seed: int = 0) -> torch.Tensor:

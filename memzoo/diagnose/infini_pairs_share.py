@@ -26,9 +26,9 @@ from torch import Tensor
 
 import memzoo.memories.infini as infini
 from memzoo.core.probe import recording
-from memzoo.running.checkpoints import load_trained
+from memzoo.runs.checkpoints import load_trained
 from memzoo.diagnose.stream import ProbeStream
-from memzoo.running.recall_stream import training_layout
+from memzoo.evaluations.recall_stream import training_layout
 
 
 def pairs_share(sq: Tensor, z_pairs: Tensor, z_all: Tensor) -> Tensor:

@@ -23,8 +23,8 @@ import torch
 import memzoo.memories.infini as infini
 from memzoo.core.probe import recording
 from memzoo.data.tasks import bytes_to_tensor, passkey_prompt, random_key
-from memzoo.running.checkpoints import load_trained
-from memzoo.running.generate import StreamingDecoder
+from memzoo.runs.checkpoints import load_trained
+from memzoo.evaluations.generate import StreamingDecoder
 
 
 @torch.no_grad()

@@ -20,7 +20,7 @@ import torch
 import memzoo.memories.memorizing as memorizing
 from memzoo.core.probe import recording
 from memzoo.data.tasks import bytes_to_tensor, passkey_prompt_back, random_key
-from memzoo.running.generate import StreamingDecoder
+from memzoo.evaluations.generate import StreamingDecoder
 
 
 def knn_layer_of(model: torch.nn.Module) -> memorizing.MemorizingKNN:

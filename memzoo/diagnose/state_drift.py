@@ -23,9 +23,9 @@ import torch
 from torch import Tensor
 
 from memzoo.core.model import ModelState
-from memzoo.running.checkpoints import load_trained
+from memzoo.runs.checkpoints import load_trained
 from memzoo.diagnose.stream import ProbeStream
-from memzoo.running.recall_stream import training_layout
+from memzoo.evaluations.recall_stream import training_layout
 
 
 def flat_state(state: ModelState) -> dict[str, Tensor]:

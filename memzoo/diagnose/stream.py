@@ -7,8 +7,8 @@ from typing import Any
 from torch import Tensor
 
 from memzoo.core.model import MemoryModel
-from memzoo.running.distance import distance_batch, query_offsets, recall_scores
-from memzoo.running.generate import StreamingDecoder
+from memzoo.evaluations.distance import distance_batch, query_offsets, recall_scores
+from memzoo.evaluations.generate import StreamingDecoder
 
 
 class ProbeStream:

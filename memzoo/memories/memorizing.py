@@ -20,7 +20,7 @@ store is written the same way (`fifo.fifo_push_filled`: the filled slots and the
 copied, the rest of a not-yet-full store is never touched and stays uninitialised), so a fresh
 store costs nothing to create and a push costs the keys held, not store_size.
 
-Choices where the paper is silent (also in registry/memorizing.yaml):
+Choices where the paper is silent (also in memzoo/registry/memorizing.yaml):
 * kNN layer: `knn_layer=None` means ceil(0.75 × n_layers) − 1, the first layer at or past three
   quarters of the depth (index 8 = the 9th of 12 layers, as in the paper; index 1 of 2).
 * Normalisation only on the memory path: the local softmax path of every layer keeps the

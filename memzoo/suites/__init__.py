@@ -1,2 +1,2 @@
-"""Many runs: comparison suites and their launchers, the report, the catalogue of cards and the
-footprint tables across methods."""
+"""Running many runs: a comparison suite's config, its expansion into runs and stages, the workers and
+launchers, its progress and its results table."""

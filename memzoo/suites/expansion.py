@@ -10,8 +10,8 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from memzoo.core.config import ConfigError, RunConfig, merge_checked
-from memzoo.running.configure import load_config, resolve
-from memzoo.running.curriculum import finetune_chain, stage_overrides, stages_within_reach
+from memzoo.runs.configure import load_config, resolve
+from memzoo.training.curriculum import finetune_chain, stage_overrides, stages_within_reach
 from memzoo.suites.suite_plugins import suite_methods
 
 

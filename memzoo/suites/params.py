@@ -8,7 +8,7 @@ from memzoo.suites.expansion import RunSpec
 
 def parameter_counts(specs: list[RunSpec]) -> dict[str, int]:
     """Parameters of each run's model (built, not trained)."""
-    from memzoo.running.configure import build_model
+    from memzoo.runs.configure import build_model
 
     return {s.name: build_model(s.cfg).num_parameters() for s in specs}
 

@@ -15,16 +15,16 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from memzoo.core.config import RunConfig, merge_checked, to_yaml
-from memzoo.running.configure import resolve
-from memzoo.running.curriculum import prepare_stage
-from memzoo.running.evaluations import run_evaluation
-from memzoo.running.tracking import check_tracker
+from memzoo.runs.configure import resolve
+from memzoo.training.curriculum import prepare_stage
+from memzoo.evaluations.registry import run_evaluation
+from memzoo.runs.tracking import check_tracker
 from memzoo.suites.expansion import RunSpec, backbone_specs, expand, suite_dir
 from memzoo.suites.params import check_parameter_spread_by_width, parameter_counts
 from memzoo.suites.progress import SuiteProgress
 from memzoo.suites.stages import is_finished, longrange_configs, stages_signature
 from memzoo.suites.suite_plugins import import_plugins
-from memzoo.suites.table import write_table
+from memzoo.suites.results import write_table
 from memzoo.suites.threads import Claim, suite_threads
 
 
@@ -32,12 +32,12 @@ def worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, impo
            longrange: list[dict[str, Any]], share: Optional[tuple[int, int]] = None) -> dict[str, Any]:
     """Every stage of one run in this (fresh) process: pretraining (if any), training or the
     fine-tuning stages in order, long-range evaluations. Each stage resumes or is skipped when
-    already done; a stale one is moved aside and trained again (memzoo.running.curriculum). Progress goes
+    already done; a stale one is moved aside and trained again (memzoo.training.curriculum). Progress goes
     to run_dir/progress.json. `share` = (jobs, suite pid): threads sized again now, at most `threads`
     (a suite started since is counted; memzoo.suites.threads)."""
     import torch
 
-    from memzoo.running.train import train
+    from memzoo.training.train import train
 
     if share is not None:
         threads = min(threads, suite_threads(share[0], suite_pid=share[1], warn=False, count_load=False))

@@ -1,5 +1,5 @@
 """A suite's long-range stages: its `longrange:` entries as the registered evaluations' configs
-(memzoo.running.evaluations), and whether a run has done exactly these stages."""
+(memzoo.evaluations.registry), and whether a run has done exactly these stages."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from memzoo.core.config import ConfigError
-from memzoo.running.curriculum import finished
-from memzoo.running.evaluations import evaluation_config
+from memzoo.training.curriculum import finished
+from memzoo.evaluations.registry import evaluation_config
 from memzoo.suites.expansion import RunSpec
 
 

@@ -31,7 +31,7 @@ class SuiteConfig:
     out_dir: str = "results"  # the suite's folder is out_dir/name
     # Optional fine-tuning after pretraining: run-config overrides (one stage, e.g. on the passkey
     # task), or a list of them (curriculum stages, each merged onto the previous stage's config and
-    # starting from its weights; memzoo.running.curriculum). The pretrained run is kept as NAME-lm, earlier
+    # starting from its weights; memzoo.training.curriculum). The pretrained run is kept as NAME-lm, earlier
     # stages as NAME-c1, NAME-c2, ...; the last stage is the suite's run.
     finetune: Any = None
     # Optional shared pretraining: run-config overrides (on base + run) of one language model per seed,
@@ -40,13 +40,13 @@ class SuiteConfig:
     # RMT papers add their memory to a pretrained transformer; one backbone for all also makes the
     # methods differ only in their memory. Kept as runs/backbone-sSEED.
     backbone: Any = None
-    # Curriculum stages past a method's reach are not trained (memzoo.running.curriculum.stages_within_reach):
-    # a memory whose window cannot bridge a stage's largest gap (memzoo.running.reach) stops at the stage before.
+    # Curriculum stages past a method's reach are not trained (memzoo.training.curriculum.stages_within_reach):
+    # a memory whose window cannot bridge a stage's largest gap (memzoo.evaluations.reach) stops at the stage before.
     stop_at_reach: bool = False
-    # Optional last stage: long-range evaluations of each run, a list of memzoo.running.longrange.LongRangeConfig
+    # Optional last stage: long-range evaluations of each run, a list of memzoo.evaluations.longrange.LongRangeConfig
     # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]), with task: distance of
-    # memzoo.running.distance.DistanceConfig options (recall at gaps), or with task: babilong of
-    # memzoo.running.babilong.BabilongConfig options; their rows join the results table.
+    # memzoo.evaluations.distance.DistanceConfig options (recall at gaps), or with task: babilong of
+    # memzoo.evaluations.babilong.BabilongConfig options; their rows join the results table.
     longrange: Any = field(default_factory=list)
     # Cluster settings for `--launcher slurm|submitit-local` (memzoo.suites.launchers.LauncherConfig):
     # partition, account, gpus_per_node, cpus_per_task, mem_gb, timeout_min, additional, setup, ...
@@ -58,7 +58,7 @@ class SuiteConfig:
 
 
 def load_suite(name_or_path: Optional[str] = "quick", overrides: Optional[list[str]] = None) -> DictConfig:
-    """Schema <- suite YAML (configs/suites/NAME.yaml or a path; `defaults: [other.yaml]` builds on
+    """Schema <- suite YAML (memzoo/configs/suites/NAME.yaml or a path; `defaults: [other.yaml]` builds on
     another suite file: mappings merge, lists are replaced) <- key=value overrides."""
     schema = OmegaConf.structured(SuiteConfig)
     path = Path(name_or_path) if name_or_path else None

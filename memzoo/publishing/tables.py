@@ -1,0 +1,170 @@
+"""The results tables of the README and docs/, as Markdown, from the shipped reference rows
+(memzoo.publishing.references): every number a reader sees is computed here, never typed by hand.
+
+Each table has a `seeds` column, so one-seed and three-seed rows are told apart in the row itself,
+and at most 8 columns, so it fits the page.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from memzoo.analysis import (capacity_table, distance_reach, distance_summary, headroom_recovered, memory_ablation,
+                             memory_gain, summary_table, variant_labels)
+from memzoo.analysis.distance import common_gaps_only
+from memzoo.analysis.recipes import CEILING, NO_HEADROOM
+from memzoo.analysis.stats import REFERENCE
+
+MINUS = "−"
+DISTANCE_GAPS = (8, 16, 64, 256, 1024, 4096)  # the gaps the distance table shows (segments)
+
+
+def signed(x: float, digits: int = 3) -> str:
+    """+0.123 / −0.123 with a typographic minus."""
+    return f"{'+' if x >= 0 else MINUS}{abs(x):.{digits}f}"
+
+
+def interval(mean: float, half: float, digits: int = 3, sign: bool = False) -> str:
+    """"mean ± half" ("mean" alone where the interval is undefined)."""
+    text = signed(mean, digits) if sign else f"{mean:.{digits}f}"
+    return text if half != half else f"{text} ± {half:.{digits}f}"
+
+
+def seeds_of(rows: pd.DataFrame) -> str:
+    """The seeds a table row is over: "0, 1, 2"."""
+    return ", ".join(str(int(s)) for s in sorted(rows["seed"].unique()))
+
+
+def markdown(header: Sequence[str], rows: list[Sequence[str]], right: Sequence[int] = ()) -> str:
+    """A pipe table; columns in `right` are right-aligned (numbers of one kind)."""
+    if len(header) > 8:
+        raise ValueError(f"a table of {len(header)} columns ({list(header)}): at most 8 fit the page; split it")
+    align = ["---:" if i in right else "---" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def grid_label(rows: pd.DataFrame) -> str:
+    """`method` (option value, ...) from the grid columns its rows set: "`armt` (d_mem 8)"."""
+    first = rows.iloc[0]
+    opts = [f"{c[5:]} {first[c]:g}" if isinstance(first[c], (int, float, np.number)) else f"{c[5:]} {first[c]}"
+            for c in rows.columns if c.startswith("grid_") and first[c] == first[c] and first[c] is not None]
+    return f"`{first['method']}`" + (f" ({', '.join(opts)})" if opts else "")
+
+
+def quick_table(rows: pd.DataFrame) -> str:
+    """The main command's table: bits per byte per method, best first, and the paired difference
+    from `local` over the whole document and over segments >= 1 (`*`: significant after Holm)."""
+    table, after = summary_table(rows), memory_gain(rows).set_index("method")
+    out = []
+    for _, r in table.iterrows():
+        sub = rows[rows["method"] == r["method"]]
+        if r["method"] == REFERENCE:
+            vs, vs_after = "ref", "ref"
+        else:
+            vs = interval(r["diff_vs_local"], r["ci_vs_local"], sign=True) + (" *" if r["sig_vs_local"] else "")
+            a = after.loc[r["method"]]
+            vs_after = interval(a["diff_after_vs_local"], a["ci_after_vs_local"], sign=True)
+        out.append([f"`{r['method']}`", seeds_of(sub), f"{int(r['footprint']):,}", interval(r["bpb_mean"], r["bpb_ci"]),
+                    vs, vs_after])
+    return markdown(["method", "seeds", "state numbers", "valid bits per byte", "vs local (paired)",
+                     "vs local, segments ≥ 1"], out, right=[2])
+
+
+def lm_stream_table(rows: pd.DataFrame) -> str:
+    """The bits-per-byte comparison from the shipped backbone: per method, its difference from `local` at
+    segment 0 (no memory read yet: the weights') and on segments >= 1, what its memory buys in its own
+    weights (the ablation: reset before every segment minus read, segments >= 1) and headroom recovered
+    (`*`: the paired difference from `local` on segments >= 1 is significant after Holm over every method)."""
+    after, ablation = memory_gain(rows).set_index("method"), memory_ablation(rows).set_index("method")
+    head = headroom_recovered(rows).set_index("method")
+    out = []
+    for method, sub in sorted(rows.groupby("method"), key=lambda kv: after.loc[kv[0], "bpb_after"]):
+        local = method == REFERENCE
+        seg0 = "ref" if local else interval(head.loc[method, "diff_seg0_vs_local"], head.loc[method, "ci_seg0_vs_local"], sign=True)
+        vs = "ref" if local else (interval(after.loc[method, "diff_after_vs_local"], after.loc[method, "ci_after_vs_local"], sign=True)
+                                  + (" *" if after.loc[method, "sig_after_vs_local"] else ""))
+        gain = "none (no state)" if local else (interval(ablation.loc[method, "memory_gain"], ablation.loc[method, "ci"], sign=True)
+                                                 if method in ablation.index else "not measured")
+        h = head.loc[method]
+        status = h["headroom_status"]
+        if status == NO_HEADROOM:  # full above local: no ceiling to recover towards
+            recovered = status
+        elif method == CEILING:
+            recovered = "1 (ceiling)"
+        elif status == "bounded":
+            recovered = f"{h['headroom']:.2f} [{h['headroom_lo']:.2f}, {h['headroom_hi']:.2f}]".replace("-", MINUS)
+        else:  # unbounded, one seed, or undefined (full equal to local)
+            recovered = f"{h['headroom']:.2f} ({status})" if pd.notna(h["headroom"]) else status
+        out.append([f"`{method}`", seeds_of(sub), f"{int(sub['footprint_measured'].iloc[0]):,}", seg0, vs, gain,
+                    "0 (floor)" if local else recovered])
+    return markdown(["method", "seeds", "state numbers", "vs local, segment 0", "vs local, segments ≥ 1",
+                     "memory buys (reset − read)", "headroom recovered"], out, right=[2])
+
+
+def capacity_md(rows: pd.DataFrame) -> str:
+    """Recall across one segment boundary per method, best first, with the reset ablation and each
+    seed's accuracy (`*`: the paired difference from `local` is significant after Holm)."""
+    table = capacity_table(rows).sort_values(["accuracy", "state"], ascending=[False, True], kind="stable")
+    out = []
+    for _, r in table.iterrows():
+        sub = rows[(rows["method"] == r["method"]) & (rows["footprint_measured"] == r["state"])].sort_values("seed")
+        vs = "ref" if r["method"] == REFERENCE else (
+            interval(r["diff_vs_local"], r["ci_vs_local"], sign=True) + (" *" if r["sig_vs_local"] else ""))
+        out.append([grid_label(sub), seeds_of(sub), f"{int(r['state']):,}", interval(r["accuracy"], r["accuracy_ci"]),
+                    vs, f"{r['reset']:.3f}", " / ".join(f"{a:.2f}" for a in sub["recall_accuracy"])])
+    return markdown(["method", "seeds", "state numbers", "recall accuracy", "vs local (paired)", "reset", "per seed"],
+                    out, right=[2])
+
+
+def _distance_rows(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series, pd.DataFrame]:
+    data = common_gaps_only(rows)
+    return data, variant_labels(data), distance_summary(data)
+
+
+def distance_md(rows: pd.DataFrame) -> str:
+    """Recall (mean over the row's seeds) at each gap, one row per variant, farthest reach first."""
+    data, variants, summary = _distance_rows(rows)
+    reach = distance_reach(data).set_index("variant")
+    order = reach.sort_values(["gap_at_0.5", "gap_at_0.9"], ascending=False, kind="stable").index
+    out = []
+    for v in order:
+        sub, at = data[variants == v], summary[summary["variant"] == v].set_index("gap_segments")
+        cells = []
+        for g in DISTANCE_GAPS:
+            ok = g in at.index and bool(at.loc[g, "within_budget"])
+            cells.append(f"{at.loc[g, 'accuracy']:.2f}" if ok else ("over budget" if g in at.index else "–"))
+        out.append([f"`{v}` ({int(sub['footprint_measured'].mean()):,})", seeds_of(sub), *cells])
+    return markdown(["method (state numbers)", "seeds", *[f"gap {g:,}" for g in DISTANCE_GAPS]], out,
+                    right=list(range(2, 2 + len(DISTANCE_GAPS))))
+
+
+def distance_reach_md(rows: pd.DataFrame) -> str:
+    """How far each variant's mean recall stays at or above 0.9 and 0.5, against its trained gap."""
+    data, variants, _ = _distance_rows(rows)
+    reach = distance_reach(data).sort_values(["gap_at_0.5", "gap_at_0.9"], ascending=False, kind="stable")
+
+    def upto(gap: int, trained: int) -> str:
+        return "–" if gap == 0 else f"{gap:,} ({gap / trained:g}×)"
+
+    out = [[f"`{r['variant']}`", seeds_of(data[variants == r["variant"]]), f"{int(r['trained_gap']):,}",
+            f"{r['accuracy_at_trained']:.2f}", f"{r['reset_at_trained']:.2f}",
+            upto(int(r["gap_at_0.9"]), int(r["trained_gap"])), upto(int(r["gap_at_0.5"]), int(r["trained_gap"]))]
+           for _, r in reach.iterrows()]
+    return markdown(["method", "seeds", "trained gap", "recall there", "reset there", "≥ 0.9 up to", "≥ 0.5 up to"],
+                    out, right=[2, 3, 4])
+
+
+# generated-block name -> (shipped suite, the function that writes its table)
+TABLES: dict[str, tuple[str, Callable[[pd.DataFrame], str]]] = {
+    "quick-table": ("quick", quick_table),
+    "lm-stream-table": ("lm-stream", lm_stream_table),
+    "lm-stream-sotu-table": ("lm-stream-sotu", lm_stream_table),
+    "lm-stream-gpu-table": ("lm-stream-gpu", lm_stream_table),
+    "capacity-table": ("capacity-top", capacity_md),
+    "distance-table": ("distance", distance_md),
+    "distance-reach": ("distance", distance_reach_md),
+}

@@ -1,0 +1,93 @@
+"""Pretrained backbones shipped inside the package, so every method can be fine-tuned from one trained
+transformer without paying for its pretraining (`task.init_from=backbone:NAME`, with
+`task.init_backbone_only=true`): the memory is added to a pretrained language model, as the
+Infini-attention, RMT and ARMT papers do.
+
+`memzoo/backbones/NAME.pt` holds the backbone's weights (every parameter outside a memory plugin);
+`memzoo/backbones/index.json` records, per name, the hash of the model config the weights belong to,
+that config, and how they were trained and at what cost. A model whose config hashes otherwise is
+refused in one line naming both hashes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from memzoo.core.config import ConfigError
+from memzoo.core.model import is_memory_name
+
+PREFIX = "backbone:"
+INDEX = "index.json"
+# What the weights mean: shapes, the positions they were trained at and the vocabulary. Not dropout, the
+# attention kernel, activation checkpointing or how weights would be initialised (they are loaded).
+HASHED_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "mlp_ratio", "segment_len", "rope_base", "head_dim")
+
+
+def is_shipped(init_from: Optional[str]) -> bool:
+    """Whether task.init_from names a shipped backbone (`backbone:NAME`) rather than a run folder."""
+    return bool(init_from) and str(init_from).startswith(PREFIX)
+
+
+def backbone_config(model_cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
+    """The model-config keys a backbone's weights depend on."""
+    cfg = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else dict(model_cfg)
+    return {key: cfg.get(key) for key in HASHED_KEYS}
+
+
+def backbone_hash(model_cfg: DictConfig | dict[str, Any]) -> str:
+    """A short hash of `backbone_config`: equal exactly when shipped weights fit this model."""
+    return hashlib.sha256(json.dumps(backbone_config(model_cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def shipped_dir() -> Path:
+    """memzoo/backbones inside the installed package (or the checkout); MEMZOO_BACKBONES overrides it (tests)."""
+    override = os.environ.get("MEMZOO_BACKBONES")
+    return Path(override) if override else Path(str(resources.files("memzoo") / "backbones"))
+
+
+def shipped_index(root: Optional[Path] = None) -> dict[str, Any]:
+    """name -> its record (file, model_hash, model, training, cost); {} when none is shipped."""
+    path = (root or shipped_dir()) / INDEX
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def load_shipped_backbone(init_from: str, model_cfg: DictConfig, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """The weights of `backbone:NAME`, refused unless they were trained for this model config."""
+    name = str(init_from)[len(PREFIX):]
+    index = shipped_index()
+    if name not in index:
+        raise ConfigError(f"task.init_from={init_from!r}: no shipped backbone {name!r}; shipped: {sorted(index) or 'none'}")
+    record, mine = index[name], backbone_hash(model_cfg)
+    if record["model_hash"] != mine:
+        differs = {k: (record["model"].get(k), v) for k, v in backbone_config(model_cfg).items() if record["model"].get(k) != v}
+        raise ConfigError(f"task.init_from={init_from!r} was trained for model config {record['model_hash']}, this model is "
+                          f"{mine} (shipped vs this: {differs})")
+    return torch.load(shipped_dir() / record["file"], map_location=device, weights_only=True)
+
+
+def ship_backbone(run_dir: Path, name: str, cost: str, dest: Optional[Path] = None) -> Path:
+    """Write a trained run's backbone weights as shipped backbone `name` (and its index record)."""
+    from memzoo.runs.checkpoints import load_checkpoint
+    from memzoo.runs.configure import saved_run_config
+
+    dest = dest or shipped_dir()
+    cfg = saved_run_config(run_dir)
+    ckpt = load_checkpoint(run_dir)
+    weights = {k: v.clone() for k, v in ckpt["model"].items() if not is_memory_name(k)}
+    dest.mkdir(parents=True, exist_ok=True)
+    torch.save(weights, dest / f"{name}.pt")
+    index = shipped_index(dest)
+    index[name] = {"file": f"{name}.pt", "model_hash": backbone_hash(cfg.model), "model": backbone_config(cfg.model),
+                   "method": str(cfg.memory.name), "seed": int(cfg.seed), "steps": int(ckpt["step"]),
+                   "batch_size": int(cfg.train.batch_size), "window_segments": int(cfg.train.window_segments),
+                   "data": str(cfg.data.source), "python": platform.python_version(), "cost": cost}
+    (dest / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+    return dest / f"{name}.pt"
