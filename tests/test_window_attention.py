@@ -310,3 +310,39 @@ def test_gradient_reaches_the_previous_segment_through_the_window() -> None:
         hook.remove()
     g = emb.grad.norm(dim=-1)[0, 0]  # [N] gradient at segment 0's positions from segment 1's first query
     assert (g[N - (W - 1) :] > 0).all() and (g[: N - (W - 1)] == 0).all()
+
+
+def test_xl_kv_cache_beyond_the_window_equals_its_reference() -> None:
+    """The XL plugin (cache=kv, mem_len M) on the window: query t of a segment starting at s0 sees its
+    band t-W+1 .. t and the cache s0-(W-1)-M .. s0-W, at their absolute RoPE positions (a reset row: its
+    own document only); values and gradients, one call of three segments."""
+    from memzoo.core.memory import LayerInputs
+    from memzoo.memories.xl import TransformerXL
+
+    mem_len, segments = 5, FULL_SEGMENTS
+    cfg = ModelConfig(d_model=H * D, n_heads=H, segment_len=N, attention_span=W)
+    xl = TransformerXL(XLConfig(mem_len=mem_len, cache="kv"), cfg, 0).double()
+    q, k, v = (t[:, :, : segments * N] for t in qkv(2))
+    reset = resets()[:, :segments]
+    split = lambda t: t.unflatten(2, (segments, N)).transpose(1, 2)  # noqa: E731  [B, S, H, N, D]
+    window, _ = slide(window_init(B, W, H, D, q.device, q.dtype), split(k), split(v), reset, W)
+    h = torch.zeros(B, segments, N, H * D, dtype=torch.float64)
+    x = LayerInputs(h, split(q), split(k), split(v), reset, LocalAttention(BASE, "sdpa").with_window(window), None)
+    got = xl(x, xl.initial_state(B, q.device))[0].transpose(1, 2).flatten(2, 3)  # [B, H, L, D]
+
+    length = segments * N
+    pos = torch.arange(length)
+    start = (pos // N) * N  # each query's segment start
+    band = (pos[None, :] <= pos[:, None]) & (pos[:, None] - pos[None, :] < W)
+    cache = (pos[None, :] >= start[:, None] - (W - 1) - mem_len) & (pos[None, :] <= start[:, None] - W)
+    doc = torch.cumsum(reset.long(), 1).repeat_interleave(N, dim=1)  # [B, L]
+    mask = (band | cache)[None] & (doc[:, :, None] == doc[:, None, :])
+    q_r, k_r = rope(q, pos, BASE), rope(k, pos, BASE)
+    scores = torch.einsum("bhid,bhjd->bhij", q_r, k_r) / math.sqrt(D)
+    ref = torch.einsum("bhij,bhjd->bhid", scores.masked_fill(~mask[:, None], float("-inf")).softmax(-1), v)
+    weights = torch.randn(ref.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    assert (got - ref).abs().max() < 1e-12
+    assert bool((mask & ~band[None]).any())  # the cache is read
+    g_got = torch.autograd.grad((got * weights).sum(), q)[0]
+    g_ref = torch.autograd.grad((ref * weights).sum(), q)[0]
+    assert (g_got - g_ref).abs().max() < 1e-12  # the queries' gradients (the cache's keys are stop-gradient by design)
