@@ -18,6 +18,9 @@ multi-segment call segment s's window is segment s-1's tail (not detached); acro
 carried window is detached only where the caller detaches the state (`ModelState.detach`, the
 truncated-BPTT horizon), so streaming equals one call in values and in gradients.
 
+Dtype: the window keeps the keys' own dtype (bf16 under bf16 autocast, as the segment's keys are in
+one call); it is activations carried, not memory state, so the memory's float32 floor does not apply.
+
 Segment-major models (a model-level memory wraps each segment: RMT's read/write slots, ARMT's memory
 tokens): the window holds the previous segment's REAL token positions only (memory-token positions
 never enter it), and only real token queries see it; the band (t - W < key <= t) applies between
