@@ -49,7 +49,7 @@ def manual_segment(model: MemoryModel, tok: torch.Tensor, mem: torch.Tensor) -> 
     no_reset = torch.zeros(tok.shape[0], 1, dtype=torch.bool)
     mask = allowed(P, n, mm.cfg.memory_mask)
     for block in model.blocks:
-        x, _, _ = block(x, no_reset, {}, mask)
+        x, _, _, _ = block(x, no_reset, {}, mask)  # (x, state, aux, window)
     h = model.norm_out(x[:, 0])  # [B, P+n+P, d]
     return model.head(h[:, P : P + n]), h[:, P + n :]
 

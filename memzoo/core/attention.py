@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from memzoo.core.precision import working_dtype
+from memzoo.core.window import SlidingWindow
 
 
 @contextmanager
@@ -106,18 +107,34 @@ class LocalAttention:
 
     `segment_mask` [N, N] (True = may attend), when set, replaces the causal mask within the segment:
     a model-level memory whose slots see each other both ways (RMT) sets it for its wrapped segment.
+
+    `window` (the backbone's sliding window, memzoo.core.window; None when model.attention_span = 0),
+    when set, is prepended before any prefix the memory passes: its keys are visible only to queries
+    within W positions, and within the segment the causal mask is cut to the same band. The memory's
+    own prefix stays visible as its `valid` says. The backbone sets it; memories call attention as
+    before and compose with it without knowing it is there.
     """
 
-    def __init__(self, rope_base: float, backend: str = "auto", segment_mask: Optional[Tensor] = None):
+    def __init__(self, rope_base: float, backend: str = "auto", segment_mask: Optional[Tensor] = None,
+                 window: Optional[SlidingWindow] = None):
         self.rope_base = rope_base
         self.backend = backend
         self.segment_mask = segment_mask  # [N, N] bool or None (causal)
+        self.window = window  # the backbone's sliding window of each segment, or None (segment-local)
 
     def with_segment_mask(self, mask: Optional[Tensor]) -> "LocalAttention":
         """The same attention with `mask` [N, N] (True = may attend) within the segment; None = causal."""
         if mask is not None and (mask.dim() != 2 or mask.shape[0] != mask.shape[1] or mask.dtype != torch.bool):
             raise ValueError(f"segment_mask must be a square bool [N, N] tensor; got {mask.dtype} {list(mask.shape)}")
-        return LocalAttention(self.rope_base, self.backend, mask)
+        return LocalAttention(self.rope_base, self.backend, mask, self.window)
+
+    def with_window(self, window: Optional[SlidingWindow]) -> "LocalAttention":
+        """The same attention over [window; prefix; segment] (None: segment-local)."""
+        return LocalAttention(self.rope_base, self.backend, self.segment_mask, window)
+
+    def at_segment(self, s: int) -> "LocalAttention":
+        """The attention of segment s of a multi-segment call (its own window); itself without a window."""
+        return self if self.window is None else self.with_window(self.window.at(s))
 
     def _use_xformers(self, x: Tensor) -> bool:
         """xformers when asked for, or under `auto` on CUDA where its kernel runs for x's dtype."""
@@ -135,6 +152,8 @@ class LocalAttention:
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, prefix: Optional[KVPrefix] = None) -> Tensor:
         """q, k, v: [B, H, N, D] without positional encoding; returns [B, H, N, D]."""
+        if self.window is not None:
+            return self._windowed(q, k, v, prefix)
         n = q.shape[-2]
         pos = torch.arange(n, device=q.device)
         q_r, k_r = rope(q, pos, self.rope_base), rope(k, pos, self.rope_base)
@@ -158,8 +177,48 @@ class LocalAttention:
             return self._xformers(q_r, k_all, v_all, mask)
         return sdpa(q_r, k_all, v_all, mask)
 
+    def _windowed(self, q: Tensor, k: Tensor, v: Tensor, prefix: Optional[KVPrefix]) -> Tensor:
+        """Attention over [window; prefix; segment]: window keys within W of the query, the prefix as
+        its `valid` says, the segment causal (or `segment_mask`) cut to the band. [B, H, N, D]"""
+        assert self.window is not None
+        n, dev = q.shape[-2], q.device
+        pos = torch.arange(n, device=dev)
+        wk, wv, wvalid = self.window.rows(q.shape[0])  # [B', H, C, D], [B', C]
+        within = torch.ones(n, n, dtype=torch.bool, device=dev).tril() if self.segment_mask is None else self.segment_mask
+        if within.shape != (n, n):
+            raise ValueError(f"segment_mask is {list(within.shape)} for a segment of {n} positions")
+        within = within.to(dev) & self.window.band(n, dev)  # [N, N]
+        ks = [rope(wk.to(q.dtype), self.window.positions(dev), self.rope_base)]
+        vs, masks = [wv.to(q.dtype)], [self.window.visible(n, wvalid)]  # [B', N, C]
+        if prefix is not None:
+            ks.append(rope(prefix.k.to(q.dtype), prefix.pos, self.rope_base))
+            vs.append(prefix.v.to(q.dtype))
+            masks.append(prefix.valid[:, None, :].expand(-1, n, -1))  # [B', N, M]
+        ks.append(rope(k, pos, self.rope_base))
+        vs.append(v)
+        masks.append(within.expand(q.shape[0], -1, -1))
+        mask = torch.cat(masks, dim=-1)[:, None]  # [B', 1, N, C+M+N]
+        q_r = rope(q, pos, self.rope_base)
+        k_all, v_all = torch.cat(ks, dim=-2), torch.cat(vs, dim=-2)
+        if self._use_xformers(q):
+            return self._xformers(q_r, k_all, v_all, mask)
+        return sdpa(q_r, k_all, v_all, mask)
+
     def with_mask(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, mask: Tensor) -> Tensor:
-        """General form: explicit positions and a boolean mask [B, 1, Nq, Nk] (True = may attend)."""
+        """General form: explicit positions and a boolean mask [B, 1, Nq, Nk] (True = may attend).
+
+        With the backbone's window: its keys are prepended (visible within W of each query) and keys
+        at positions >= 0 (the segment's own positions) are cut to the band; keys at negative
+        positions are the memory's own prefix and keep the memory's mask."""
+        if self.window is not None:
+            wk, wv, wvalid = self.window.rows(q.shape[0])  # [B', H, C, D], [B', C]
+            band = self.window.band_by_position(q_pos.to(q.device), k_pos.to(q.device))  # [Nq, Nk]
+            seen = self.window.visible(q.shape[-2], wvalid, q_pos)[:, None]  # [B', 1, Nq, C]
+            mask = mask & band  # [B, 1, Nq, Nk]
+            rows = max(mask.shape[0], seen.shape[0])
+            mask = torch.cat((seen.expand(rows, -1, -1, -1), mask.expand(rows, -1, -1, -1)), dim=-1)
+            k, v = torch.cat((wk.to(k.dtype), k), dim=-2), torch.cat((wv.to(v.dtype), v), dim=-2)
+            k_pos = torch.cat((self.window.positions(q.device), k_pos.to(q.device)))
         q_r, k_r = rope(q, q_pos, self.rope_base), rope(k, k_pos, self.rope_base)
         if self._use_xformers(q):
             return self._xformers(q_r, k_r, v, mask)

@@ -32,6 +32,10 @@ class ModelConfig:
     n_heads: int = 4
     mlp_ratio: float = 4.0
     segment_len: int = 128  # N: tokens per segment
+    # W: the backbone's sliding window (memzoo.core.window). 0: segment-local causal attention (as before
+    # the option existed); 0 < W <= segment_len: each query sees exactly the W positions up to itself,
+    # its segment's causal past and the tail of the previous segment (carried as backbone state).
+    attention_span: int = 0
     rope_base: float = 10000.0
     dropout: float = 0.0
     attention_backend: str = "auto"  # auto | sdpa | xformers (xformers: CUDA only)

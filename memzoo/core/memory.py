@@ -53,19 +53,23 @@ class LayerInputs:
     project_kv: Callable[..., tuple[Tensor, Tensor]]
 
     def local_attention(self) -> Tensor:
-        """Causal attention within each segment, all S segments at once: [B, S, H, N, D]."""
+        """Causal attention within each segment, all S segments at once: [B, S, H, N, D]. With the
+        backbone's sliding window (model.attention_span > 0) each segment also sees its own window."""
         b, s, h, n, d = self.q.shape
         flat = lambda t: t.reshape(b * s, h, n, d)  # noqa: E731  segments are independent here
         return self.attend(flat(self.q), flat(self.k), flat(self.v)).view(b, s, h, n, d)
 
     def segment(self, s: int) -> "SegmentInputs":
-        return SegmentInputs(self.h[:, s], self.q[:, s], self.k[:, s], self.v[:, s], self.attend, self.project_kv)
+        """Segment s alone, its attention carrying segment s's window (if the backbone has one)."""
+        return SegmentInputs(self.h[:, s], self.q[:, s], self.k[:, s], self.v[:, s], self.attend.at_segment(s),
+                             self.project_kv)
 
     def segments(self) -> list["SegmentInputs"]:
         """All S segments in order. By unbind: in backward, S indexings `[:, s]` would each write a
         zero tensor of all S segments; unbind stacks the S gradients once."""
         parts = zip(*(t.unbind(1) for t in (self.h, self.q, self.k, self.v)))
-        return [SegmentInputs(h, q, k, v, self.attend, self.project_kv) for h, q, k, v in parts]
+        return [SegmentInputs(h, q, k, v, self.attend.at_segment(s), self.project_kv)
+                for s, (h, q, k, v) in enumerate(parts)]
 
 
 @dataclass
@@ -104,6 +108,10 @@ class _Memory(nn.Module):
     gradient_through_state: ClassVar[bool] = True
     # Does the method carry anything across segments at all? (False only for the `local` control.)
     has_memory: ClassVar[bool] = True
+    # Do this memory's layers take the backbone's sliding window (model.attention_span > 0; the window
+    # is prepended to every attention it calls: memzoo.core.window)? False opts out: segment-local
+    # attention and no window carried for its layers (`full`, which already sees the whole document).
+    uses_window: ClassVar[bool] = True
     # Options added after run folders existed, with the value those folders were trained under (the
     # behaviour before the option): a saved config without the key is read with it, and hashes alike.
     legacy_options: ClassVar[dict[str, Any]] = {}

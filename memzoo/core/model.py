@@ -7,11 +7,16 @@ segments, so a plugin may vectorise across them); a model-level memory (tokens a
 segment) needs the previous segment's top layer, so the model then runs segment-major, calling
 the memory's per-layer hooks (`before_layer`, `after_layer`; no-ops unless the memory overrides
 them) around every block. The backbone knows no method by name.
+
+With model.attention_span = W > 0 the backbone's attention is a sliding window (memzoo.core.window):
+each layer carries the previous segment's last W - 1 keys and values as backbone state
+(`ModelState.window`), and the attention handed to the memory prepends them; a memory opts out with
+`uses_window = False`.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
@@ -21,24 +26,35 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from memzoo.core.attention import LocalAttention
-from memzoo.core.config import ModelConfig
+from memzoo.core.config import ConfigError, ModelConfig
 from memzoo.core.memory import LayerInputs, LayerMemory, MemoryParts, ModelMemory, State, map_state, zero_loss
 from memzoo.core.plugins import build_memory, get_memory
+from memzoo.core.window import WindowState, check_span, slide, window_footprint, window_init
 
 
 @dataclass
 class ModelState:
-    """Everything carried from one call to the next: one state per layer and the model memory's."""
+    """Everything carried from one call to the next: one memory state per layer, the model memory's,
+    and the backbone's sliding window per layer (empty when model.attention_span = 0; `{}` for a
+    layer whose memory opts out). The window is backbone state, not memory: `all()` (what a memory's
+    footprint measures) leaves it out, `carried()` has it."""
 
     layers: list[State]
     model: State
+    window: list[WindowState] = field(default_factory=list)
 
     def all(self) -> list[State]:
+        """The memory's states: every layer's, then the model memory's (the window is not memory)."""
         return [*self.layers, self.model]
 
+    def carried(self) -> list[State]:
+        """Every state tensor carried, the backbone's window included."""
+        return [*self.all(), *self.window]
+
     def detach(self) -> "ModelState":
-        """Cut the gradient here (the truncated-BPTT horizon)."""
-        return ModelState([map_state(s, Tensor.detach) for s in self.layers], map_state(self.model, Tensor.detach))
+        """Cut the gradient here (the truncated-BPTT horizon), the window's included."""
+        return ModelState([map_state(s, Tensor.detach) for s in self.layers], map_state(self.model, Tensor.detach),
+                          [map_state(s, Tensor.detach) for s in self.window])
 
 
 @dataclass
@@ -65,6 +81,7 @@ class MemoryAttention(nn.Module):
 
     def __init__(self, cfg: ModelConfig, memory: LayerMemory, attend: LocalAttention):
         super().__init__()
+        self.span = cfg.attention_span if memory.uses_window else 0  # W of this layer (0: segment-local)
         self.n_heads = cfg.n_heads
         self.d_inner = cfg.d_inner  # H x D (= d_model unless model.head_dim is set)
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_inner, bias=False)  # W_Q, W_K, W_V: d_model -> 3 x H x D
@@ -73,17 +90,24 @@ class MemoryAttention(nn.Module):
         self.attend = attend
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, h: Tensor, reset: Tensor, state: State, mask: Optional[Tensor] = None) -> tuple[Tensor, State, Tensor]:
-        """h: [B, S, N, d_model] (normed); mask: [N, N] within-segment attention mask, None = causal.
-        Returns ([B, S, N, d_model], state, aux)."""
+    def forward(self, h: Tensor, reset: Tensor, state: State, mask: Optional[Tensor] = None,
+                window: Optional[WindowState] = None, token_mask: Optional[Tensor] = None,
+                ) -> tuple[Tensor, State, Tensor, WindowState]:
+        """h: [B, S, N, d_model] (normed); mask: [N, N] within-segment attention mask, None = causal;
+        window: this layer's carried window ({} without one); token_mask [N] bool: which positions are
+        real tokens (segment-major), None = all. Returns ([B, S, N, d_model], state, aux, window)."""
         # Heads are split with a transpose (never a bare view, which mixes positions into heads), into
         # one contiguous [3, B, S, H, N, D] block: every later op (RoPE, σ, SDPA, the memory's
         # einsums) then reads contiguous rows instead of strided ones (a copy here, cheaper than theirs).
         q, k, v = rearrange(self.qkv(h), "b s n (three h d) -> three b s h n d", three=3, h=self.n_heads).contiguous()
         attend = self.attend if mask is None else self.attend.with_segment_mask(mask)
+        window = window or {}
+        if self.span:  # the backbone's sliding window: each segment's, and the one after the last
+            sliding, window = slide(window, k, v, reset, self.span, token_mask)
+            attend = attend.with_window(sliding)
         inputs = LayerInputs(h, q, k, v, reset, attend, self.project_kv)
         heads, state, aux = self.memory(inputs, state)  # [B, S, H, N, D]
-        return self.drop(self.proj(rearrange(heads, "b s h n d -> b s n (h d)"))), state, aux
+        return self.drop(self.proj(rearrange(heads, "b s h n d -> b s n (h d)"))), state, aux, window
 
 
     def project_kv(self, h: Tensor, fixed_weights: bool = False) -> tuple[Tensor, Tensor]:
@@ -106,10 +130,12 @@ class Block(nn.Module):
         self.norm_mlp = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, reset: Tensor, state: State, mask: Optional[Tensor] = None) -> tuple[Tensor, State, Tensor]:
-        y, state, aux = self.attn(self.norm_attn(x), reset, state, mask)
+    def forward(self, x: Tensor, reset: Tensor, state: State, mask: Optional[Tensor] = None,
+                window: Optional[WindowState] = None, token_mask: Optional[Tensor] = None,
+                ) -> tuple[Tensor, State, Tensor, WindowState]:
+        y, state, aux, window = self.attn(self.norm_attn(x), reset, state, mask, window, token_mask)
         x = x + y
-        return x + self.mlp(self.norm_mlp(x)), state, aux
+        return x + self.mlp(self.norm_mlp(x)), state, aux, window
 
 
 INIT_STREAMS = ("split", "shared")
@@ -135,6 +161,10 @@ class MemoryModel(nn.Module):
         """seed: the run's seed, from which the initial weights are drawn (`cfg.init_streams`); None
         takes the global generator's seed (`torch.manual_seed(s)` before building gives seed s)."""
         super().__init__()
+        try:
+            check_span(cfg.attention_span, cfg.segment_len)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if cfg.init_streams not in INIT_STREAMS:
             raise ValueError(f"model.init_streams={cfg.init_streams!r}; expected one of {INIT_STREAMS}")
         self.cfg = cfg
@@ -190,7 +220,21 @@ class MemoryModel(nn.Module):
         device = torch.device(device) if device is not None else self.embed.weight.device
         layers = [m.initial_state(batch_size, device) for m in self.memories]
         model = self.model_memory.initial_state(batch_size, device) if self.model_memory else {}
-        return ModelState(layers, model)
+        return ModelState(layers, model, self.initial_window(batch_size, device))
+
+    def initial_window(self, batch_size: int, device: torch.device) -> list[WindowState]:
+        """The backbone's empty window per layer ({} for a layer that opts out); [] when attention_span = 0."""
+        if not self.cfg.attention_span:
+            return []
+        dtype = self.embed.weight.dtype
+        return [window_init(batch_size, b.attn.span, self.cfg.n_heads, self.cfg.d_head, device, dtype)
+                if b.attn.span else {} for b in self.blocks]
+
+    def window_footprint(self) -> dict[str, int]:
+        """Numbers the backbone's window holds per sequence (2 x H x D x (W - 1) x the layers that use
+        it), apart from the memory's footprint; measured: state_numbers(state.window, B)."""
+        layers = sum(1 for b in self.blocks if b.attn.span)
+        return window_footprint(self.cfg.attention_span, self.cfg.n_heads, self.cfg.d_head, layers)
 
     def forward(self, tokens: Tensor, state: Optional[ModelState] = None, reset: Optional[Tensor] = None) -> ModelOutput:
         """tokens: [B, S, N] (or [B, N] for one segment); reset: [B, S] bool, document starts.
@@ -212,7 +256,12 @@ class MemoryModel(nn.Module):
             raise ValueError(f"reset must be a bool tensor of shape [B, S] = {[b, s]}; got {reset.dtype} {list(reset.shape)}")
         if len(state.layers) != len(self.blocks):
             raise ValueError(f"state has {len(state.layers)} layer states for a {len(self.blocks)}-layer model")
-        for st in (*state.layers, state.model):
+        if self.cfg.attention_span and not state.window:  # a state made without the window: start it empty
+            state = ModelState(state.layers, state.model, self.initial_window(b, tokens.device))
+        if len(state.window) not in (0, len(self.blocks)) or (state.window and not self.cfg.attention_span):
+            raise ValueError(f"state has {len(state.window)} window states for a {len(self.blocks)}-layer model "
+                             f"with model.attention_span={self.cfg.attention_span}")
+        for st in state.carried():
             for key, value in st.items():
                 if value.shape[0] != b:
                     raise ValueError(f"state tensor {key!r} is for batch size {value.shape[0]}, tokens have {b} rows")
@@ -222,46 +271,53 @@ class MemoryModel(nn.Module):
 
     def _run_blocks(self, x: Tensor, reset: Tensor, layer_states: list[State], mask: Optional[Tensor] = None,
                     hooks: Optional[ModelMemory] = None, hook_state: Optional[State] = None,
-                    ) -> tuple[Tensor, list[State], Tensor, Optional[State]]:
+                    windows: Optional[list[WindowState]] = None, token_mask: Optional[Tensor] = None,
+                    ) -> tuple[Tensor, list[State], Tensor, Optional[State], list[WindowState]]:
         """Run every block on x [B, S, N, d_model]. With `hooks` (a model memory, one segment: S = 1),
         its `before_layer` sees each block's input and its `after_layer` each block's output, threading
         `hook_state`; under activation checkpointing the hooks run outside the checkpointed block
-        (their activations are kept). Returns (x, layer states, aux loss, hook state)."""
+        (their activations are kept). `windows`: the backbone's window per layer ([] without one);
+        `token_mask` [N]: the real token positions of a wrapped segment. Returns (x, layer states,
+        aux loss, hook state, windows)."""
         aux = zero_loss(x)
-        new_states = []
-        for index, (block, st) in enumerate(zip(self.blocks, layer_states)):
+        new_states, new_windows = [], []
+        windows = windows or [{}] * len(self.blocks)
+        for index, (block, st, win) in enumerate(zip(self.blocks, layer_states, windows)):
             if hooks is not None:
                 x = hooks.before_layer(index, x[:, 0], hook_state)[:, None]
             if self.cfg.checkpoint_activations and self.training:
-                x, st, a = checkpoint(block, x, reset, st, mask, use_reentrant=False)
+                x, st, a, win = checkpoint(block, x, reset, st, mask, win, token_mask, use_reentrant=False)
             else:
-                x, st, a = block(x, reset, st, mask)
+                x, st, a, win = block(x, reset, st, mask, win, token_mask)
             if hooks is not None:
                 hook_state = hooks.after_layer(index, x[:, 0], hook_state)
             new_states.append(st)
+            new_windows.append(win)
             aux = aux + a
-        return x, new_states, aux, hook_state
+        return x, new_states, aux, hook_state, new_windows if self.cfg.attention_span else []
 
     def _layer_major(self, tokens: Tensor, state: ModelState, reset: Tensor) -> ModelOutput:
         x = self.embed(tokens)  # [B, S, N, d_model]
-        x, layers, aux, _ = self._run_blocks(x, reset, state.layers)
+        x, layers, aux, _, windows = self._run_blocks(x, reset, state.layers, windows=state.window)
         logits = self.head(self.norm_out(x))  # [B, S, N, V]
-        return ModelOutput(logits, ModelState(layers, state.model), aux)
+        return ModelOutput(logits, ModelState(layers, state.model, windows), aux)
 
     def _segment_major(self, tokens: Tensor, state: ModelState, reset: Tensor) -> ModelOutput:
         assert self.model_memory is not None
         logits, aux = [], zero_loss(self.embed.weight)
-        layers, mem = state.layers, state.model
+        layers, mem, windows = state.layers, state.model, state.window
         for s in range(tokens.shape[1]):
             mem = self.model_memory.reset_rows(mem, reset[:, s])
             x, token_mask = self.model_memory.enter(self.embed(tokens[:, s]), mem)  # [B, N', d_model]
             mask = self.model_memory.attention_mask(x.shape[1], x.device)  # [N', N'] or None (causal)
-            x, layers, a, mem = self._run_blocks(x[:, None], reset[:, s : s + 1], layers, mask, self.model_memory, mem)
+            # the window holds and shows the real tokens only (memzoo.core.window)
+            x, layers, a, mem, windows = self._run_blocks(x[:, None], reset[:, s : s + 1], layers, mask,
+                                                          self.model_memory, mem, windows, token_mask)
             h = self.norm_out(x[:, 0])  # [B, N', d_model]
             mem = self.model_memory.leave(h, mem)
             logits.append(self.head(h[:, token_mask]))
             aux = aux + a
-        return ModelOutput(torch.stack(logits, dim=1), ModelState(layers, mem), aux)
+        return ModelOutput(torch.stack(logits, dim=1), ModelState(layers, mem, windows), aux)
 
     def optim_groups(self, weight_decay: float, lr: float) -> list[dict[str, Any]]:
         """AdamW groups: decay on matrices, none on norms/biases/embeddings' 1-d params, and the

@@ -8,7 +8,8 @@ one layer per hop, so the earliest input position the top layer's output in the 
 can depend on is found by walking down the layers from the top: p <- (start of p's segment) - w_l,
 starting at the queries' segment start. A gap G is within reach when the whole segment G back lies
 at or after that position. A memory whose state can carry anything (lookback None: a matrix,
-memory tokens, full attention) has no such limit.
+memory tokens, full attention) has no such limit. The backbone's sliding window (model.attention_span
+W > 0) lets every layer that uses it see W - 1 positions back, whatever its memory's own lookback.
 
 Example: XL with mem_len 16 = N and 2 layers reaches 2 segments (the top layer's cache holds the
 previous segment, whose layer-0 outputs saw the one before); Memorizing with a 16-slot store at
@@ -22,6 +23,7 @@ from omegaconf import DictConfig
 
 from memzoo.core.config import model_config
 from memzoo.core.plugins import get_memory
+from memzoo.core.window import carried_len
 from memzoo.runs.configure import memory_config
 
 
@@ -43,4 +45,7 @@ def max_reach_segments(cfg: DictConfig) -> Optional[int]:
     """The farthest gap (segments) run config `cfg`'s memory can bridge by construction; None: no limit."""
     spec = get_memory(str(cfg.memory.name))
     model = model_config(cfg)
-    return reach_segments(spec.cls.lookback(memory_config(cfg.memory.name, cfg.memory), model), model.segment_len)
+    windows = spec.cls.lookback(memory_config(cfg.memory.name, cfg.memory), model)
+    if windows is not None and spec.cls.uses_window:  # the backbone's sliding window sees W - 1 positions back
+        windows = [max(w, carried_len(model.attention_span)) for w in windows]
+    return reach_segments(windows, model.segment_len)

@@ -47,6 +47,11 @@ buffer is cut to its filled slots before attention (fifo.filled), so the keys pr
 attended follow the states held, not mem_len + cmem_len. State follows the precision policy
 (float32 whatever the autocast dtype, float64 in a float64 model). Footprint: d_model × (n_cm + n_m + c − 1) × l numbers per
 row ("table1": the paper's d_model × (n_cm + n_m) × l, without the pending buffer).
+
+Backbone window (model.attention_span = W > 0, memzoo.core.window): the window's keys are prepended
+to this memory's [cm; m; segment] attention. The FIFO m still holds the last mem_len positions, so
+its newest W - 1 positions repeat the window's (twice in the softmax). TODO: hold what has left the
+window, as xl.py's `beyond_window` does.
 """
 from __future__ import annotations
 

@@ -5,6 +5,10 @@ applied at attention time with positions relative to the segment), so streaming 
 segment gives the same outputs as one call over the whole input. Cost and state grow linearly
 with the input; `max_len` (off by default) turns it into a sliding window for long streams.
 Gradient flows through the cache within a truncated-BPTT block, like through one long sequence.
+
+The backbone's sliding window (model.attention_span > 0) does not apply: `uses_window = False`, so
+full attention stays full (its own cache already holds every position the window would) and its
+layers carry no window state.
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ class FullConfig:
 
 @register_memory("full", config=FullConfig)
 class FullAttention(LayerMemory):
+    uses_window = False  # it already sees the whole document: no backbone window on top
+
     def __init__(self, cfg: FullConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)
         if cfg.max_len is not None and cfg.max_len < 1:

@@ -66,6 +66,11 @@ Choices where the paper is silent or where we follow the authors' code (also in 
   call and multiplied by `kl_weight`; returned as the auxiliary loss.
 * The ridge solves run in float64; the state and the read follow the precision policy (float32
   whatever the autocast dtype, float64 in a float64 model).
+
+Backbone window (model.attention_span = W > 0, memzoo.core.window): the window's keys are prepended
+to the [STM; segment] attention. With mem_len > 0 the STM still holds the last mem_len positions,
+so its newest W - 1 repeat the window's (twice in the softmax); the LTM is fed as before. TODO: an
+STM beyond the window, as xl.py's `beyond_window`.
 """
 from __future__ import annotations
 

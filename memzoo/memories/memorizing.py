@@ -47,6 +47,11 @@ Choices where the paper is silent (also in memzoo/registry/memorizing.yaml):
 
 State follows the precision policy (float32 under any autocast dtype, float64 in a float64 model);
 masks are bool bookkeeping.
+
+Backbone window (model.attention_span = W > 0, memzoo.core.window): the window's keys are prepended
+to every layer's [XL cache; segment] attention. The XL caches still hold the last mem_len positions,
+so their newest W - 1 repeat the window's (twice in the softmax); the kNN store is unchanged. TODO:
+caches beyond the window, as xl.py's `beyond_window`.
 """
 from __future__ import annotations
 

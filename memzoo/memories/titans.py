@@ -40,7 +40,11 @@ MAC (memory as context), per segment: r = M_{s−1}(q̃) read with the old memor
 conv, SiLU, norm), and o_i = y_i ⊗ M_i(q_y,i), where M_i is the memory after the writes of tokens
 ≤ i of this segment (not the whole segment's write: that would let token i see later tokens).
 MAG (memory as gate): y = local attention over [persistent ‖ segment], m_i = M_i(q̃_i) with M_i the
-memory after token i's write, o = y ⊗ m. ⊗: (w_y ⊙ rmsnorm(y)) ⊙ sigmoid(w_m ⊙ rmsnorm(m)), learned
+memory after token i's write, o = y ⊗ m. With model.attention_span = 0 the "sliding window" of the
+paper's MAG is the segment itself (segment-local attention); with W > 0 the backbone's window
+(memzoo.core.window) makes y the paper's sliding-window attention: token t sees t-W+1 .. t across the
+segment boundary, plus the persistent tokens. MAC's attention takes the same window before its
+[persistent ‖ retrieved ‖ segment] (the retrieved tokens, at the segment's positions, cut to the band). ⊗: (w_y ⊙ rmsnorm(y)) ⊙ sigmoid(w_m ⊙ rmsnorm(m)), learned
 vectors w per head. Persistent memory: `n_persistent` learned d_model vectors through the layer's
 own W_K, W_V (`project_kv`), at positions −N_p … −1.
 """

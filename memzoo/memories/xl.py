@@ -24,6 +24,18 @@ sinusoid relative encoding with learned u, v biases. Positions are relative to t
 first token, so memory slot i of C sits at i − C (negative) and RoPE sees the same query-key
 offsets whether the input is streamed or run in one call.
 
+With the backbone's sliding window (model.attention_span = W > 0, memzoo.core.window) the window
+already shows the previous segment's last W - 1 positions. `beyond_window` (default True) makes the
+cache hold what has LEFT the window instead of duplicating it: the mem_len positions before the
+window, -(W-1)-mem_len .. -W relative to the segment's first token, so the segment's first query
+reaches W + mem_len - 1 positions back. The W - 1 newest positions pushed wait in a delay line (the
+same FIFO, capacity mem_len + W - 1, its newest W - 1 slots never attended) until they leave the
+window: that line duplicates the window's positions in storage (counted in the footprint as
+"window_delay"), never in attention. Queries later in the segment see a gap: positions that left the
+window within this segment (-W+1 .. t-W) are in neither. beyond_window=False keeps the cache as
+without a window (the last mem_len positions, which the window's keys then repeat in the softmax).
+With W = 0 both are the plain XL cache.
+
 Documents: the memory is emptied at a document boundary (the original never does). An empty
 slot is masked through `valid`, never attended as a zero vector. State follows the precision
 policy (float32 whatever the autocast dtype, float64 in a float64 model); `valid` is bool bookkeeping.
@@ -40,6 +52,7 @@ from memzoo.core.config import ModelConfig
 from memzoo.core.fifo import fifo_init, fifo_push, fifo_reset, hidden_prefix, kv_prefix, kv_slot_shapes, push_kv
 from memzoo.core.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
+from memzoo.core.window import carried_len
 
 CACHES = ("kv", "hidden")
 
@@ -48,6 +61,7 @@ CACHES = ("kv", "hidden")
 class XLConfig:
     mem_len: int = 2048  # positions kept per layer (the paper's M; Table 1 uses 2048 = N)
     cache: str = "hidden"  # hidden | kv: cache hidden states (the paper, original code) or keys/values (Table 1)
+    beyond_window: bool = True  # with model.attention_span W > 0: the cache holds the mem_len positions before the window
 
 
 @register_memory("xl", config=XLConfig)
@@ -70,9 +84,15 @@ class TransformerXL(LayerMemory):
             return kv_slot_shapes(self.n_heads, self.d_head)
         return {"h": (self.model_cfg.d_model,)}
 
+    @classmethod
+    def delay(cls, cfg: XLConfig, model: ModelConfig) -> int:
+        """Slots of the delay line before the attended cache: W - 1 with the window and beyond_window, else 0."""
+        return carried_len(model.attention_span) if cfg.beyond_window and cls.uses_window else 0
+
     def initial_state(self, batch_size: int, device: torch.device) -> State:
-        """mem_len empty slots per row ([B, C, H, D] or [B, C, d_model], the policy's state dtype) and `valid` [B, C]."""
-        return fifo_init(batch_size, self.cfg.mem_len, self._slot_shapes(), device, self.state_dtype())
+        """mem_len + delay empty slots per row ([B, C, H, D] or [B, C, d_model], the policy's state dtype) and `valid` [B, C]."""
+        capacity = self.cfg.mem_len + self.delay(self.cfg, self.model_cfg)
+        return fifo_init(batch_size, capacity, self._slot_shapes(), device, self.state_dtype())
 
     def reset_rows(self, state: State, rows: Tensor) -> State:
         """A document start empties the row's memory (its slots become invalid, hence masked)."""
@@ -80,21 +100,34 @@ class TransformerXL(LayerMemory):
 
     @classmethod
     def lookback(cls, cfg: XLConfig, model: ModelConfig) -> list[int]:
-        return [int(cfg.mem_len)] * model.n_layers  # each layer's cache of the last mem_len positions
+        # each layer's cache of the last mem_len positions (beyond the window's W - 1 with beyond_window)
+        return [int(cfg.mem_len) + cls.delay(cfg, model)] * model.n_layers
 
     @classmethod
     def footprint(cls, cfg: XLConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
-        """Fixed-size buffers: the count does not depend on tokens_seen."""
+        """Fixed-size buffers: the count does not depend on tokens_seen. With the window's delay line
+        (beyond_window, W > 0) "total" adds its W - 1 slots per layer ("window_delay"); "table1" stays
+        the paper's mem_len count."""
         table1 = (model.d_head + model.d_head) * model.n_heads * cfg.mem_len * model.n_layers
-        if cfg.cache == "kv":
+        per_slot = 2 * model.d_head * model.n_heads if cfg.cache == "kv" else model.d_model
+        delay = per_slot * cls.delay(cfg, model) * model.n_layers
+        if cfg.cache == "kv" and not delay:
             return {"total": table1}
-        return {"total": model.d_model * cfg.mem_len * model.n_layers, "table1": table1}
+        return {"total": per_slot * cfg.mem_len * model.n_layers + delay, "table1": table1, "window_delay": delay}
 
     def _prefix(self, x: SegmentInputs, state: State) -> KVPrefix | None:
-        """The memory as keys/values before the segment (no positional encoding stored)."""
+        """The memory as keys/values before the segment (no positional encoding stored): the oldest
+        mem_len slots, shifted before the window by the delay line's length."""
+        delay = self.delay(self.cfg, self.model_cfg)
+        if delay:
+            state = {name: t[:, : self.cfg.mem_len] for name, t in state.items()}  # the delay line is not attended
         if self.cfg.cache == "kv":
-            return kv_prefix(state)
-        return hidden_prefix(state, x.project_kv, x.h.dtype)  # current W_K, W_V on the cached hidden states
+            prefix = kv_prefix(state)
+        else:
+            prefix = hidden_prefix(state, x.project_kv, x.h.dtype)  # current W_K, W_V on the cached hidden states
+        if prefix is None or not delay:
+            return prefix
+        return KVPrefix(prefix.k, prefix.v, prefix.pos - delay, prefix.valid)
 
     def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
         """Attend over [memory_s; segment] (causal), then push the segment into the memory (SG)."""

@@ -53,7 +53,7 @@ def save_checkpoint(run_dir: Path, model: MemoryModel, optimizer: torch.optim.Op
     ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
             **(rng_states(device) if rng is None else rng)}
     if carried is not None:
-        ckpt["carried"] = {"layers": carried.layers, "model": carried.model}
+        ckpt["carried"] = {"layers": carried.layers, "model": carried.model, "window": carried.window}
     _atomic_save(ckpt, run_dir / "checkpoint.pt")
 
 
@@ -63,7 +63,8 @@ def carried_state(ckpt: dict[str, Any], device: str | torch.device) -> Optional[
     if saved is None:
         return None
     move = lambda s: {k: v.to(device) for k, v in s.items()}  # noqa: E731
-    return ModelState([move(s) for s in saved["layers"]], move(saved["model"]))
+    window = [move(s) for s in saved.get("window", [])]  # the backbone's window (absent: saved before it)
+    return ModelState([move(s) for s in saved["layers"]], move(saved["model"]), window)
 
 
 class CheckpointError(ValueError):
