@@ -222,6 +222,12 @@ class MemoryModel(nn.Module):
         model = self.model_memory.initial_state(batch_size, device) if self.model_memory else {}
         return ModelState(layers, model, self.initial_window(batch_size, device))
 
+    def forget_memory(self, state: ModelState, batch_size: int) -> ModelState:
+        """The memory ablation's state: every memory's state fresh, the backbone's window kept (what a
+        memory buys beyond the window, read apart from what the window sees)."""
+        fresh = self.initial_state(batch_size, self.embed.weight.device)
+        return ModelState(fresh.layers, fresh.model, state.window)
+
     def initial_window(self, batch_size: int, device: torch.device) -> list[WindowState]:
         """The backbone's empty window per layer ({} for a layer that opts out); [] when attention_span = 0."""
         if not self.cfg.attention_span:

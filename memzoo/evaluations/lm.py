@@ -26,6 +26,7 @@ from memzoo.core.memory import state_bytes
 from memzoo.core.model import MemoryModel
 from memzoo.core.precision import autocast_context
 from memzoo.data.corpus import load_documents, split_documents, stream_documents
+from memzoo.evaluations.byte_classes import byte_class_columns
 from memzoo.evaluations.registry import Command, Evaluation, register_evaluation
 from memzoo.evaluations.run_result import peak_rss_mb, write_result
 from memzoo.runs.checkpoints import load_run, run_config
@@ -36,14 +37,17 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
                    precision: str = "fp32", progress: bool = True, desc: str = "eval",
                    reset_memory: bool = False) -> dict[str, Any]:
     """Bits per byte of `docs` streamed from their first byte, one segment per call. `reset_memory`:
-    the memory ablation, the state reset before every segment as if each began a document (the
-    model's own weights, no memory), so that what the memory buys is read apart from its weights.
+    the memory ablation, the memory's state reset before every segment as if each began a document (the
+    model's own weights, no memory), so that what the memory buys is read apart from its weights; with
+    the backbone's sliding window the window is kept (it resets at documents only), so the ablation
+    measures what the memory buys beyond the window.
 
     Each step's summed NLL [B] stays on the device until the stream ends (one host sync in all, not one
     per segment, so a GPU is fed ahead); the sums are then added up on the CPU in the order streamed."""
     model.eval()
     device = next(model.parameters()).device
     n = model.cfg.segment_len
+    window = bool(model.initial_window(1, device))  # some layer carries the backbone's window
     max_seg = max_segments_per_doc or 10**9
     nll_by_seg = torch.zeros(max_seg if max_segments_per_doc else 1024, dtype=torch.float64)
     cnt_by_seg = torch.zeros_like(nll_by_seg)
@@ -53,14 +57,23 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
     total_steps = sum(min(max_seg, -(-(len(d.data) - 1) // n)) for d in docs) // batch_size + 1
     start, tokens = time.perf_counter(), 0
     step_nll, step_rows = [], []  # [B] float64 on the device; (seg, doc, count) [B] each on the CPU
+    step_tokens, step_masks = [], []  # [B, N] per-byte NLL on the device, [B, N] bool masks on the CPU
     for batch in tqdm(stream_documents(docs, batch_size, n, max_segments_per_doc), total=total_steps,
                       desc=desc, disable=not progress, dynamic_ncols=True):
         step_rows.append((batch.seg_index[:, 0].cpu(), batch.doc_index[:, 0].cpu(), batch.mask.sum(dim=(1, 2)).double().cpu()))
         batch = batch.to(device)
+        reset = batch.reset
+        if reset_memory and window:  # the memories forget before every segment; the window sees what it sees
+            state = model.forget_memory(state, batch_size)
+        elif reset_memory:  # no window: the whole state reset before every segment, as a document start
+            reset = torch.ones_like(batch.reset)
         with autocast_context(precision, device):
-            out = model(batch.tokens, state, torch.ones_like(batch.reset) if reset_memory else batch.reset)
+            out = model(batch.tokens, state, reset)
         state = out.state
-        step_nll.append((token_nll(out.logits, batch.targets) * batch.mask).sum(dim=(1, 2)).double())  # [B]
+        nll = token_nll(out.logits, batch.targets)  # [B, 1, N]
+        step_nll.append((nll * batch.mask).sum(dim=(1, 2)).double())  # [B]
+        step_tokens.append(nll[:, 0].detach())
+        step_masks.append(batch.mask[:, 0].cpu())
     nll_all = torch.cat(step_nll).cpu().split([len(r[0]) for r in step_rows]) if step_nll else []  # the one sync
     for nll, (seg, doc, count) in zip(nll_all, step_rows):
         ok = seg >= 0
@@ -78,7 +91,11 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
         raise ValueError("evaluation saw no token to predict (documents shorter than two bytes?)")
     used = cnt_by_seg > 0
     by_seg = (nll_by_seg[used] / cnt_by_seg[used] / LN2).tolist()
+    byte_classes = byte_class_columns(docs, torch.cat(step_tokens).cpu().double() / LN2, torch.cat(step_masks),
+                                      torch.cat([r[0] for r in step_rows]), torch.cat([r[1] for r in step_rows]), n,
+                                      span=model.cfg.attention_span)  # the protocol's W, full's too
     return {
+        **byte_classes,
         "bpb": float(nll_by_seg.sum() / cnt_by_seg.sum().clamp(min=1) / LN2),
         "bpb_by_segment": by_seg,
         "tokens_by_segment": cnt_by_seg[used].long().tolist(),

@@ -78,6 +78,17 @@ def train_tokens(cfg: DictConfig) -> int:
     return int(tc.steps * tc.batch_size * sum(cfg.task.lengths) / len(cfg.task.lengths))
 
 
+def class_columns(result: dict[str, Any], prefix: str = "", suffix: str = "") -> dict[str, Any]:
+    """The evaluation's bits by position and per document by band and copy class as flat row columns
+    (`bpb_by_position`, `bits_by_doc_<key>`, `tokens_by_doc_<key>`), named prefix + column + suffix."""
+    if "bits_by_doc_class" not in result:  # an evaluation written before these columns existed
+        return {}
+    cols = {"bpb_by_position": result["bpb_by_position"]}
+    cols |= {f"bits_by_doc_{key}": bits for key, bits in result["bits_by_doc_class"].items()}
+    cols |= {f"tokens_by_doc_{key}": count for key, count in result["tokens_by_doc_class"].items()}
+    return {f"{prefix}{key}{suffix}": value for key, value in cols.items()}
+
+
 def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dict[str, Any]) -> dict[str, Any]:
     """eval-SPLIT.json (the full evaluation of that split) and result.json (the run's row in a results table)."""
     run_dir = Path(run_dir)
@@ -116,6 +127,9 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
         "task": cfg.task.name,
         **precision_columns(cfg, model),
         "gates": gate_values(model),
+        "attention_span": int(result.get("attention_span", 0)),
+        "copy_k": result.get("copy_k"),
+        **class_columns(result),
     }
     # Merge into an existing row: evaluating another split adds its columns and loses none.
     previous = json.loads((run_dir / "result.json").read_text()) if (run_dir / "result.json").is_file() else {}
@@ -123,6 +137,12 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
         row = {**row, **{k: previous.get(k, row[k]) for k in ("bpb_by_segment", "tokens_by_segment", "bits_by_doc",
                                                                   "tokens_by_doc", "tokens_per_s")},
                **{f"{result['split']}_{k}": result[k] for k in ("bpb_by_segment", "bits_by_doc", "tokens_by_doc")}}
+        for key in class_columns(result):  # the run's own split keeps these; the other split's are prefixed
+            if key in previous:
+                row[key] = previous[key]
+            else:
+                row.pop(key)
+        row |= class_columns(result, prefix=f"{result['split']}_")
     return write_row(run_dir, {**previous, **row})
 
 
@@ -142,4 +162,5 @@ def write_ablation(run_dir: Path, result: dict[str, Any]) -> dict[str, Any]:
         raise FileNotFoundError(f"{run_dir} has no result.json: evaluate the run itself before its memory ablation")
     (run_dir / f"eval-{split}-reset.json").write_text(json.dumps(result, indent=1))
     return write_row(run_dir, {**json.loads(path.read_text()), f"{split}_bpb_reset": result["bpb"],
-                                f"{split}_bpb_by_segment_reset": result["bpb_by_segment"]})
+                                f"{split}_bpb_by_segment_reset": result["bpb_by_segment"],
+                                **class_columns(result, prefix=f"{split}_", suffix="_reset")})
