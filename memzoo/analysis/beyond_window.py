@@ -1,0 +1,157 @@
+"""What a memory carries beyond the window (the `lm-window` suite, issue 53): each variant's paired
+difference from the floor on a class of bytes (a copy class or a position band, per document), the
+ceiling check, and headroom recovered beside its segment-0 correction.
+
+The floor is the suite's own `local` (with the window when the rows' `attention_span` is W > 0: the
+window floor); rows of different spans are never mixed. Differences are paired by seed (95% t
+interval, Holm over the variants tested against the floor) and, per document, pooled over seeds (the
+same documents for every method: the t interval over documents of each document's mean difference).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from memzoo.analysis.recipes import bits_after, variant_labels
+from memzoo.analysis.stats import REFERENCE, holm, paired_differences, paired_t, per_seed, ratio_interval
+
+CEILING = "full"
+COPY_CLASSES = {"copy_beyond": "beyond-window copyable", "copy_within": "within-window copyable",
+                "copy_none": "not copyable"}
+
+
+def one_span(df: pd.DataFrame) -> int:
+    """The rows' attention span, which must be one (a floor with the window is another protocol)."""
+    spans = sorted({int(s) for s in df.get("attention_span", pd.Series([0] * len(df))).fillna(0)})
+    if len(spans) > 1:
+        raise ValueError(f"rows of attention_span {spans} mixed; compare each span with its own floor "
+                         "(select df[df.attention_span == W])")
+    return spans[0] if spans else 0
+
+
+def floor_name(df: pd.DataFrame) -> str:
+    """How tables name the floor: `local` (segment-local) or the window floor with its span."""
+    span = one_span(df)
+    return "local" if span == 0 else f"window floor (local, W = {span})"
+
+
+def class_keys(df: pd.DataFrame) -> list[str]:
+    """The per-document class columns the rows carry: copy classes, then position bands in order."""
+    keys = [c.removeprefix("bits_by_doc_") for c in df.columns if c.startswith("bits_by_doc_")]
+    bands = sorted((k for k in keys if k.startswith("band_")), key=lambda k: int(k[5:].split("-")[0]))
+    return [k for k in COPY_CLASSES if k in keys] + bands
+
+
+def run_bpb(row: pd.Series, key: str) -> float:
+    """A run's bits per byte on class `key` over all its documents (NaN where it has no byte)."""
+    bits, tokens = np.asarray(row[f"bits_by_doc_{key}"], float), np.asarray(row[f"tokens_by_doc_{key}"], float)
+    return float(bits.sum() / tokens.sum()) if tokens.sum() > 0 else float("nan")
+
+
+def doc_bpb(row: pd.Series, key: str) -> np.ndarray:
+    """Per document, bits per byte on class `key` (NaN where the document has none). [docs]"""
+    bits, tokens = np.asarray(row[f"bits_by_doc_{key}"], float), np.asarray(row[f"tokens_by_doc_{key}"], float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tokens > 0, bits / tokens, np.nan)
+
+
+def doc_differences(rows: pd.DataFrame, floor: pd.DataFrame, key: str) -> tuple[float, float, int]:
+    """(mean, 95% t half-width, documents) of per-document differences from the floor, each document's
+    averaged over the seeds both have: a comparison on the same bytes, unit = document."""
+    mine = {int(r["seed"]): doc_bpb(r, key) for _, r in rows.iterrows()}
+    ref = {int(r["seed"]): doc_bpb(r, key) for _, r in floor.iterrows()}
+    seeds = sorted(set(mine) & set(ref))
+    if not seeds:
+        return float("nan"), float("nan"), 0
+    diff = np.nanmean(np.stack([mine[s] - ref[s] for s in seeds]), axis=0)  # [docs]
+    diff = diff[~np.isnan(diff)]
+    mean, half, _ = paired_t(diff)
+    return mean, half, len(diff)
+
+
+def class_differences(df: pd.DataFrame, key: str = "copy_beyond") -> pd.DataFrame:
+    """Per variant: bits per byte on class `key` (mean over seeds), its difference from the floor paired
+    by seed (mean, 95% t half-width, p, Holm over the variants), and per document pooled over seeds."""
+    one_span(df)
+    data = df.assign(variant=variant_labels(df).to_numpy(), class_bpb=[run_bpb(r, key) for _, r in df.iterrows()])
+    floor = data[data["method"] == REFERENCE]
+    rows = []
+    for variant, sub in data.groupby("variant", sort=False):
+        own = bool((sub["method"] == REFERENCE).all())
+        d = paired_differences(per_seed(sub["class_bpb"], sub["seed"]), per_seed(floor["class_bpb"], floor["seed"]))
+        mean, half, p = (0.0, 0.0, float("nan")) if own else paired_t(d)
+        dmean, dhalf, docs = (0.0, 0.0, 0) if own else doc_differences(sub, floor, key)
+        rows.append({"variant": variant, "method": sub["method"].iloc[0], "runs": len(sub), "class": key,
+                     "bpb": float(sub["class_bpb"].mean()), "diff_vs_floor": mean, "ci": half, "p": p,
+                     "doc_diff": dmean, "doc_ci": dhalf, "docs": docs})
+    out = pd.DataFrame(rows)
+    out["sig"] = holm(out["p"].tolist())
+    return out
+
+
+def band_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Every position band and copy class, one row per (variant, class): as `class_differences`."""
+    return pd.concat([class_differences(df, key) for key in class_keys(df)], ignore_index=True)
+
+
+def seed_gains(df: pd.DataFrame) -> pd.DataFrame:
+    """Per run: bits per byte on segment 0 and on segments >= 1, with its variant label."""
+    return df.assign(variant=variant_labels(df).to_numpy(),
+                     after=[b / max(t, 1e-12) for b, t in (bits_after(r, 1) for _, r in df.iterrows())],
+                     first=[float(np.asarray(v, float)[0]) for v in df["bpb_by_segment"]])
+
+
+def ceiling_check(df: pd.DataFrame, tol: float = 0.01) -> dict[str, object]:
+    """Whether `full` bounds the comparison: full - floor at segment 0 (mean, half-width; the target: the
+    mean within ±tol and an interval covering 0), and the variants better than full on segments >= 1
+    beyond their paired interval."""
+    data = seed_gains(df)
+    floor, full = data[data["method"] == REFERENCE], data[data["method"] == CEILING]
+    seg0 = paired_t(paired_differences(per_seed(full["first"], full["seed"]), per_seed(floor["first"], floor["seed"])))
+    beats = []
+    for variant, sub in data[~data["method"].isin([REFERENCE, CEILING])].groupby("variant", sort=False):
+        mean, half, _ = paired_t(paired_differences(per_seed(sub["after"], sub["seed"]), per_seed(full["after"], full["seed"])))
+        if mean == mean and half == half and mean + half < 0:
+            beats.append(variant)
+    mean, half, _ = seg0
+    seg0_holds = bool(abs(mean) <= tol and half == half and abs(mean) <= half)  # within ±tol, interval covers 0
+    return {"full_seg0_vs_floor": mean, "full_seg0_ci": half, "seg0_holds": seg0_holds, "better_than_full": beats,
+            "holds": seg0_holds and not beats}
+
+
+def headroom_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: headroom recovered on segments >= 1, (floor - variant) / (floor - full) paired by
+    seed with Fieller's 95% interval, beside the segment-0-corrected headroom, where each difference
+    has its segment-0 difference taken off first: what the weights' drift from fine-tuning (visible
+    before any memory or context is read) would otherwise add to what the memory carries."""
+    data = seed_gains(df)
+    floor, full = data[data["method"] == REFERENCE], data[data["method"] == CEILING]
+    if floor.empty or full.empty:
+        return pd.DataFrame()
+    f_after, f_first = per_seed(floor["after"], floor["seed"]), per_seed(floor["first"], floor["seed"])
+    gap = f_after - per_seed(full["after"], full["seed"])
+    gap0 = gap - (f_first - per_seed(full["first"], full["seed"]))
+    rows = []
+    for variant, sub in data.groupby("variant", sort=False):
+        gain = f_after - per_seed(sub["after"], sub["seed"])
+        gain0 = gain - (f_first - per_seed(sub["first"], sub["seed"]))
+        seeds = gain.dropna().index.intersection(gap.dropna().index)
+        row = {"variant": variant, "method": sub["method"].iloc[0], "runs": len(sub)}
+        for name, g, h in (("headroom", gain, gap), ("headroom_corrected", gain0, gap0)):
+            est = ratio_interval(g[seeds].to_numpy(), h[seeds].to_numpy()) if len(seeds) else None
+            row |= {name: None if est is None else est.value, f"{name}_lo": None if est is None else est.low,
+                    f"{name}_hi": None if est is None else est.high, f"{name}_status": "none" if est is None else est.status}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def position_curve(df: pd.DataFrame, variant: Optional[str] = None) -> pd.DataFrame:
+    """Bits per byte by within-segment position (segments >= 1), mean over seeds, per variant: long form."""
+    data = df.assign(variant=variant_labels(df).to_numpy())
+    if variant is not None:
+        data = data[data["variant"] == variant]
+    rows = [{"variant": v, "position": i, "bpb": float(np.nanmean([r[i] for r in sub["bpb_by_position"]]))}
+            for v, sub in data.groupby("variant", sort=False) for i in range(len(sub["bpb_by_position"].iloc[0]))]
+    return pd.DataFrame(rows)
