@@ -13,6 +13,7 @@ from memzoo.core.config import ConfigError
 from memzoo.core.plugins import registered
 from memzoo.publishing.figures import (ARCHIVED, FIGURES, ROWS_KEY, all_tables, pages, png_text, render, rows_stamp,
                                    stale_figures, stale_pages)
+from memzoo.publishing.facts import all_facts, bpb_facts, render_facts
 from memzoo.publishing.references import load_references
 from memzoo.publishing.tables import TABLES, markdown
 
@@ -42,6 +43,38 @@ def test_a_changed_shipped_row_makes_its_block_stale(shipped: dict[str, str]) ->
     stale = stale_pages(ROOT, tables=changed)
     assert DOCS / "results.md" in stale  # the page that shows the quick table
     assert ROOT / "README.md" not in stale  # the README shows the quick figure, not its table
+
+
+@pytest.fixture(scope="module")
+def facts() -> dict[str, str]:
+    """Every fact quoted in prose, from the shipped rows."""
+    return all_facts()
+
+
+def test_the_numbers_in_prose_equal_those_of_the_shipped_rows(shipped: dict[str, str], facts: dict[str, str]) -> None:
+    """Every `<!-- fact:... -->` value in the pages is the shipped rows' (the README quotes at least XL's)."""
+    assert not stale_pages(ROOT, tables=shipped, facts=facts)
+    readme = (ROOT / "README.md").read_text()
+    assert f"<!-- fact:lm-stream.xl.after -->{facts['lm-stream.xl.after']}<!-- /fact -->" in readme
+
+
+def test_a_changed_shipped_row_makes_its_fact_stale(shipped: dict[str, str], facts: dict[str, str]) -> None:
+    """XL 0.1 worse after segment 0 at every seed: its quoted difference moves by 0.1 and the README is stale."""
+    rows = load_references("lm-stream").copy()
+    xl = rows["method"] == "xl"
+    rows.loc[xl, "bpb_by_segment"] = pd.Series([[v[0], *(x + 0.1 for x in v[1:])] for v in rows.loc[xl, "bpb_by_segment"]],
+                                               index=rows.index[xl])
+    moved = bpb_facts(rows)
+    assert float(moved["xl.after_mean"].replace("−", "-")) == pytest.approx(
+        float(facts["lm-stream.xl.after_mean"].replace("−", "-")) + 0.1, abs=1.5e-3)
+    changed = {**facts, **{f"lm-stream.{k}": v for k, v in moved.items()}}
+    assert ROOT / "README.md" in stale_pages(ROOT, tables=shipped, facts=changed)
+
+
+def test_an_unknown_fact_is_an_error_naming_it_and_a_known_one_is_rewritten() -> None:
+    with pytest.raises(ConfigError, match="lm-stream.nobody.after"):
+        render_facts("x <!-- fact:lm-stream.nobody.after -->1<!-- /fact -->", {"lm-stream.xl.after": "2"})
+    assert render_facts("x <!-- fact:a.b.c -->old<!-- /fact --> y", {"a.b.c": "new"}) == "x <!-- fact:a.b.c -->new<!-- /fact --> y"
 
 
 def test_the_tables_state_their_seeds_and_fit_the_page(shipped: dict[str, str]) -> None:

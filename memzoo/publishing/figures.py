@@ -2,7 +2,8 @@
 from the shipped reference rows (memzoo/references/*.parquet), so nothing a reader sees goes stale.
 
 A table sits in a page between `<!-- generated:NAME -->` and `<!-- /generated -->` (NAME a key of
-memzoo.publishing.tables.TABLES); everything between the markers is replaced. A figure carries, in a
+memzoo.publishing.tables.TABLES); everything between the markers is replaced. A number in prose sits
+between `<!-- fact:NAME -->` and `<!-- /fact -->` (memzoo.publishing.facts) and is replaced the same way. A figure carries, in a
 PNG text chunk, the suite and the SHA-256 of the rows it was drawn from, so a test can tell a stale
 figure without redrawing it. Figures of runs that are not shipped are listed in ARCHIVED with
 where they come from.
@@ -19,6 +20,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from memzoo.core.config import ConfigError
+from memzoo.publishing.facts import all_facts, render_facts
 from memzoo.publishing.references import load_references, references_dir
 from memzoo.publishing.tables import TABLES
 
@@ -69,13 +71,14 @@ def all_tables(rows: Optional[dict[str, pd.DataFrame]] = None) -> dict[str, str]
 
 
 def stale_pages(root: Path, rows: Optional[dict[str, pd.DataFrame]] = None, write: bool = False,
-                tables: Optional[dict[str, str]] = None) -> list[Path]:
-    """The pages whose generated blocks differ from the tables of the rows, or the `tables` given
-    (rewritten when `write`)."""
+                tables: Optional[dict[str, str]] = None, facts: Optional[dict[str, str]] = None) -> list[Path]:
+    """The pages whose generated blocks or facts in prose differ from those of the rows, or the `tables`
+    and `facts` given (rewritten when `write`)."""
     tables, stale = tables if tables is not None else all_tables(rows), []
+    facts = facts if facts is not None else all_facts(rows)
     for page in pages(root):
         text = page.read_text()
-        new = render(text, tables, str(page.relative_to(root)))
+        new = render_facts(render(text, tables, str(page.relative_to(root))), facts, str(page.relative_to(root)))
         if new != text:
             stale.append(page)
             if write:

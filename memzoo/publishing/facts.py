@@ -1,0 +1,83 @@
+"""Numbers quoted in prose, computed from the shipped rows as the tables are, so a re-freeze cannot leave
+a sentence behind: a page writes `<!-- fact:NAME -->value<!-- /fact -->` and `memzoo figures` rewrites
+the value (`--check` fails when it differs). NAME is SUITE.METHOD.QUANTITY, e.g.
+`lm-stream.xl.after` ("−0.085 ± 0.008"): the paired difference from `local` on segments >= 1.
+
+Quantities per method of a bits-per-byte suite (paired by seed, 95% t half-width):
+  after, after_mean  difference from local on segments >= 1 (with and without its interval)
+  seg0, seg0_mean    difference from local at segment 0 (no memory read yet: the weights')
+  whole, whole_mean  difference from local over whole documents
+  buys, buys_mean    what the memory buys: reset before every segment minus read, segments >= 1
+  headroom           headroom recovered on segments >= 1 with its Fieller interval
+  sig_after          "after Holm" or "not after Holm": the test of `after` over every method
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, Optional
+
+import pandas as pd
+
+from memzoo.analysis import headroom_recovered, memory_ablation, memory_gain, summary_table
+from memzoo.analysis.stats import REFERENCE
+from memzoo.core.config import ConfigError
+from memzoo.publishing.references import load_references
+from memzoo.publishing.tables import MINUS, interval, signed
+
+FACT = re.compile(r"<!-- fact:(?P<name>[a-z0-9.+_-]+) -->(?P<body>.*?)<!-- /fact -->")
+
+
+def quantities(mean: float, half: float) -> tuple[str, str]:
+    """("−0.085 ± 0.008", "−0.085")."""
+    return interval(mean, half, sign=True), signed(mean)
+
+
+def bpb_facts(rows: pd.DataFrame) -> dict[str, str]:
+    """METHOD.QUANTITY -> text for every method of a bits-per-byte suite's rows (see the module docstring)."""
+    after, whole = memory_gain(rows).set_index("method"), summary_table(rows).set_index("method")
+    ablation, head = memory_ablation(rows).set_index("method"), headroom_recovered(rows).set_index("method")
+    out: dict[str, str] = {}
+    for method in rows["method"].unique():
+        if method == REFERENCE:
+            continue
+        a, w, h = after.loc[method], whole.loc[method], head.loc[method] if method in head.index else None
+        out[f"{method}.after"], out[f"{method}.after_mean"] = quantities(a["diff_after_vs_local"], a["ci_after_vs_local"])
+        out[f"{method}.sig_after"] = "after Holm" if a["sig_after_vs_local"] else "not after Holm"
+        out[f"{method}.whole"], out[f"{method}.whole_mean"] = quantities(w["diff_vs_local"], w["ci_vs_local"])
+        if h is not None:
+            out[f"{method}.seg0"], out[f"{method}.seg0_mean"] = quantities(h["diff_seg0_vs_local"], h["ci_seg0_vs_local"])
+            if h["headroom_status"] == "bounded":
+                out[f"{method}.headroom"] = (f"{h['headroom']:.2f} [{h['headroom_lo']:.2f}, {h['headroom_hi']:.2f}]"
+                                             .replace("-", MINUS))
+        if method in ablation.index:
+            g = ablation.loc[method]
+            out[f"{method}.buys"], out[f"{method}.buys_mean"] = f"{g['memory_gain']:.3f} ± {g['ci']:.3f}", f"{g['memory_gain']:.3f}"
+    return out
+
+
+# suite -> the function that gives its facts
+FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {
+    "lm-stream": bpb_facts,
+    "lm-stream-sotu": bpb_facts,
+    "lm-stream-gpu": bpb_facts,
+}
+
+
+def all_facts(rows: Optional[dict[str, pd.DataFrame]] = None) -> dict[str, str]:
+    """SUITE.METHOD.QUANTITY -> text for every shipped suite with facts (rows: suite -> rows to use instead)."""
+    rows = rows or {}
+    out: dict[str, str] = {}
+    for suite, make in FACTS.items():
+        data = rows[suite] if suite in rows else load_references(suite)
+        if not data.empty:
+            out |= {f"{suite}.{name}": text for name, text in make(data).items()}
+    return out
+
+
+def render_facts(text: str, facts: dict[str, str], where: str = "page") -> str:
+    """`text` with every fact's value replaced; an unknown name is an error naming it and the page."""
+    unknown = sorted({m.group("name") for m in FACT.finditer(text)} - set(facts))
+    if unknown:
+        raise ConfigError(f"{where}: unknown fact(s) {unknown}; a fact is SUITE.METHOD.QUANTITY of a suite in "
+                          f"memzoo.publishing.facts.FACTS ({sorted(FACTS)})")
+    return FACT.sub(lambda m: f"<!-- fact:{m.group('name')} -->{facts[m.group('name')]}<!-- /fact -->", text)
