@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis.recipes import bits_after, variant_labels
+from memzoo.analysis.recipes import bits_after, bpb_over, variant_labels
 from memzoo.analysis.stats import REFERENCE, holm, paired_differences, paired_t, per_seed, ratio_interval
 
 CEILING = "full"
@@ -155,3 +155,75 @@ def position_curve(df: pd.DataFrame, variant: Optional[str] = None) -> pd.DataFr
     rows = [{"variant": v, "position": i, "bpb": float(np.nanmean([r[i] for r in sub["bpb_by_position"]]))}
             for v, sub in data.groupby("variant", sort=False) for i in range(len(sub["bpb_by_position"].iloc[0]))]
     return pd.DataFrame(rows)
+
+
+def window_summary(df: pd.DataFrame, split: str = "valid") -> pd.DataFrame:
+    """The window suite's headline per variant, best on segments >= 1 first: the memory's state numbers
+    (the window's own are the backbone's, apart), the paired difference from the floor at segment 0 and
+    on segments >= 1 (`sig_after`: Holm over the variants), on beyond-window copyable bytes, what the
+    memory buys (its state forgotten before every segment, the window kept, minus read; segments >= 1),
+    and headroom recovered raw and segment-0-corrected."""
+    data = seed_gains(df)
+    reset = f"{split}_bpb_by_segment_reset"
+    data["buys"] = [bpb_over(r, 1, column=reset) - r["after"] if isinstance(r.get(reset), (list, tuple, np.ndarray))
+                    else float("nan") for _, r in data.iterrows()]
+    floor = data[data["method"] == REFERENCE]
+    beyond = class_differences(df, "copy_beyond").set_index("variant") if "bits_by_doc_copy_beyond" in df else None
+    head = headroom_table(df)
+    head = head.set_index("variant") if not head.empty else None
+    rows = []
+    for variant, sub in data.groupby("variant", sort=False):
+        own = bool((sub["method"] == REFERENCE).all())
+        row = {"variant": variant, "method": sub["method"].iloc[0], "seeds": sorted(int(s) for s in sub["seed"].unique()),
+               "state": int(sub["footprint_measured"].iloc[0]), "bpb_after": float(sub["after"].mean())}
+        for name, col in (("seg0", "first"), ("after", "after")):
+            d = paired_differences(per_seed(sub[col], sub["seed"]), per_seed(floor[col], floor["seed"]))
+            row[f"{name}"], row[f"{name}_ci"], row[f"{name}_p"] = (0.0, 0.0, float("nan")) if own else paired_t(d)
+        buys = per_seed(sub["buys"], sub["seed"])
+        row["buys"], row["buys_ci"], _ = paired_t(buys.to_numpy()) if len(buys) else (float("nan"),) * 3
+        if beyond is not None:
+            row["beyond"], row["beyond_ci"] = beyond.loc[variant, "diff_vs_floor"], beyond.loc[variant, "ci"]
+        if head is not None:
+            row |= {k: head.loc[variant, k] for k in head.columns if k.startswith("headroom")}
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out["sig_after"] = holm(out["after_p"].tolist())
+    return out.sort_values("bpb_after").reset_index(drop=True)
+
+
+def beyond_window_figure(df: pd.DataFrame):
+    """Two panels: (left) each variant's difference from the floor by within-segment position band,
+    segments >= 1; (right) its memory's state (log) against its difference from the floor on
+    beyond-window copyable bytes, 95% t intervals over seeds. Points of equal state are offset."""
+    import matplotlib.pyplot as plt
+
+    from memzoo.analysis.palette import colour, marker
+
+    bands = band_table(df)
+    variants = [v for v in dict.fromkeys(bands["variant"]) if v != REFERENCE]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    band_keys = [k for k in class_keys(df) if k.startswith("band_")]
+    for v in variants:
+        sub = bands[(bands["variant"] == v) & bands["class"].isin(band_keys)].set_index("class").loc[band_keys]
+        left.errorbar(range(len(band_keys)), sub["diff_vs_floor"], yerr=sub["ci"].fillna(0), marker=marker(v),
+                      color=colour(v), capsize=3, label=v)
+    left.set_xticks(range(len(band_keys)), [k[5:] for k in band_keys])
+    left.axhline(0, color="grey", lw=0.8)
+    left.set_xlabel("position in the segment (bytes), segments ≥ 1")
+    left.set_ylabel(f"bits per byte − {floor_name(df)}")
+    summary = window_summary(df).set_index("variant")
+    beyond = bands[bands["class"] == "copy_beyond"].set_index("variant")
+    seen: dict[int, int] = {}
+    for v in variants:
+        state = max(int(summary.loc[v, "state"]), 1)
+        shift = 1.08 ** seen.get(state, 0)  # offset points of equal state so none hides another
+        seen[state] = seen.get(state, 0) + 1
+        right.errorbar([state * shift], [beyond.loc[v, "diff_vs_floor"]], yerr=[beyond.loc[v, "ci"] if beyond.loc[v, "ci"] == beyond.loc[v, "ci"] else 0],
+                       marker=marker(v), color=colour(v), capsize=3, ls="none", label=v)
+    right.set_xscale("log")
+    right.axhline(0, color="grey", lw=0.8)
+    right.set_xlabel("memory state (numbers per sequence, log; equal states offset)")
+    right.set_ylabel("− floor, beyond-window copyable bytes")
+    left.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -13,6 +13,7 @@ import pandas as pd
 
 from memzoo.analysis import (capacity_table, distance_reach, distance_summary, headroom_recovered, memory_ablation,
                              memory_gain, summary_table, variant_labels)
+from memzoo.analysis.beyond_window import window_summary
 from memzoo.analysis.distance import common_gaps_only
 from memzoo.analysis.recipes import CEILING, NO_HEADROOM
 from memzoo.analysis.stats import REFERENCE
@@ -156,6 +157,38 @@ def distance_reach_md(rows: pd.DataFrame) -> str:
            for _, r in reach.iterrows()]
     return markdown(["method", "seeds", "trained gap", "recall there", "reset there", "≥ 0.9 up to", "≥ 0.5 up to"],
                     out, right=[2, 3, 4])
+
+
+def ratio_cell(row: pd.Series, name: str) -> str:
+    """A headroom estimate as "0.50 [0.41, 0.62]", or its status where the interval is not bounded."""
+    status = row.get(f"{name}_status")
+    if status == "bounded":
+        return f"{row[name]:.2f} [{row[f'{name}_lo']:.2f}, {row[f'{name}_hi']:.2f}]".replace("-", MINUS)
+    value = row.get(name)
+    return f"{value:.2f} ({status})".replace("-", MINUS) if value is not None and value == value else str(status)
+
+
+def lm_window_table(rows: pd.DataFrame) -> str:
+    """What a memory carries beyond the window: per variant, its memory's state, the paired difference
+    from the window floor on segments >= 1 (`*`: after Holm) and on beyond-window copyable bytes (bytes
+    whose 9-gram occurred earlier only beyond the window), what the memory buys (its state forgotten
+    before every segment, the window kept), and headroom recovered raw and segment-0-corrected."""
+    out = []
+    for _, r in window_summary(rows).iterrows():
+        floor = r["method"] == REFERENCE
+        ceiling = r["method"] == CEILING
+        after = "ref" if floor else interval(r["after"], r["after_ci"], sign=True) + (" *" if r["sig_after"] else "")
+        beyond = "ref" if floor else (interval(r["beyond"], r["beyond_ci"], sign=True) if "beyond" in r else "not measured")
+        buys = ("none (no memory)" if floor else "whole document (no window)" if ceiling else
+                "not measured" if r["buys"] != r["buys"] else interval(r["buys"], r["buys_ci"], sign=True))
+        if floor or ceiling:
+            head = "0 (floor)" if floor else f"1 (ceiling); segment 0 {interval(r['seg0'], r['seg0_ci'], sign=True)}"
+        else:
+            head = f"{ratio_cell(r, 'headroom')}; corrected {ratio_cell(r, 'headroom_corrected')}"
+        out.append([f"`{r['variant']}`", ", ".join(map(str, r["seeds"])), f"{r['state']:,}", after, beyond, buys, head])
+    return markdown(["method", "seeds", "memory's state numbers", "vs window floor, segments ≥ 1",
+                     "vs window floor, beyond-window copyable", "memory buys (forgotten − read)",
+                     "headroom recovered (raw; segment-0-corrected)"], out, right=[2])
 
 
 # generated-block name -> (shipped suite, the function that writes its table)
