@@ -52,7 +52,7 @@ def test_xformers_backend_on_cpu_is_a_clear_error() -> None:
 
 
 def test_auto_backend_uses_sdpa_on_cpu() -> None:
-    assert LocalAttention(10000.0, "auto")._use_xformers(torch.zeros(1, 1, 2, 4)) is False
+    assert LocalAttention(10000.0, "auto").use_xformers(torch.zeros(1, 1, 2, 4)) is False
 
 
 def fake_xformers(monkeypatch, attention) -> None:
@@ -69,7 +69,7 @@ def fake_xformers(monkeypatch, attention) -> None:
     pkg.ops = ops
     monkeypatch.setitem(sys.modules, "xformers", pkg)
     monkeypatch.setitem(sys.modules, "xformers.ops", ops)
-    monkeypatch.setattr(module, "_XFORMERS_RUNS", {})
+    monkeypatch.setattr(module, "XFORMERS_RUNS", {})
 
 
 def test_auto_skips_an_xformers_whose_kernels_do_not_run(monkeypatch) -> None:
@@ -102,7 +102,7 @@ def test_auto_without_xformers_installed_is_sdpa(monkeypatch) -> None:
 
     monkeypatch.setitem(sys.modules, "xformers", None)  # import raises ImportError
     monkeypatch.setitem(sys.modules, "xformers.ops", None)
-    monkeypatch.setattr(module, "_XFORMERS_RUNS", {})
+    monkeypatch.setattr(module, "XFORMERS_RUNS", {})
     assert xformers_runs(torch.device("cpu"), torch.float32) is False
 
 

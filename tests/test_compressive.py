@@ -188,7 +188,7 @@ def test_prefix_positions_memory_then_compressed_spaced_by_rate() -> None:
     state = step(mem, h, mem.initial_state(B, torch.device("cpu")), torch.zeros(B, dtype=torch.bool))
     x = LayerInputs(h[:, None], *([rearrange(h, "b n (h d) -> b h n d", h=H)[:, None]] * 3),
                     torch.zeros(B, 1, dtype=torch.bool), LocalAttention(10000.0), split_heads).segment(0)
-    pos = mem._prefix(x, state).pos[0]
+    pos = mem.memory_prefix(x, state).pos[0]
     # Document positions before the segment: states -11..-1; m = -4..-1, pending -5, groups (-11,-10), (-9,-8), (-7,-6).
     assert torch.equal(pos, torch.tensor([-10.5, -8.5, -6.5, -5.0, -4.0, -3.0, -2.0, -1.0]))
 
@@ -214,14 +214,14 @@ def test_big_capacity_equals_capacity_sized_to_the_states_held_and_projects_only
     reset = torch.zeros(B, 5, dtype=torch.bool)
     reset[1, 3] = True
     sizes = []
-    real = CompressiveTransformer._prefix
+    real = CompressiveTransformer.memory_prefix
 
     def spy(self, x, state):
         prefix = real(self, x, state)
         sizes.append(prefix.k.shape[2])
         return prefix
 
-    monkeypatch.setattr(CompressiveTransformer, "_prefix", spy)
+    monkeypatch.setattr(CompressiveTransformer, "memory_prefix", spy)
     results = []
     for cmem_len in (1024, 16):
         model = model_with(mem_len=8, cmem_len=cmem_len)

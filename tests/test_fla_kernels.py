@@ -77,8 +77,8 @@ def fla(monkeypatch):
     """fla 'present' on a CUDA device of capability 8.0, its kernels the float64 stand-ins; no line said yet."""
     monkeypatch.setattr(fla_kernels, "load_fla", lambda: STANDIN)
     monkeypatch.setattr(fla_kernels, "gpu_capability", lambda device: (8, 0))
-    monkeypatch.setattr(fla_kernels, "_SAID", set())
-    monkeypatch.setattr(fla_kernels, "_FAILED", {})
+    monkeypatch.setattr(fla_kernels, "SAID", set())
+    monkeypatch.setattr(fla_kernels, "FAILED", {})
     return monkeypatch
 
 
@@ -215,7 +215,7 @@ def test_fla_absent_runs_torch_with_one_line(fla, capsys) -> None:
 
 
 def test_cpu_device_runs_torch_and_says_so(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(fla_kernels, "_SAID", set())
+    monkeypatch.setattr(fla_kernels, "SAID", set())
     monkeypatch.setattr(fla_kernels, "load_fla", lambda: pytest.fail("fla is not loaded for a CPU device"))
     forward_once(False)
     assert said(capsys) == ["memzoo: deltanet: PyTorch chunkwise form (kernel=auto: fla's kernels are Triton "

@@ -302,10 +302,10 @@ def test_long_call_with_late_reset_matches_the_loop() -> None:
     mem = InfiniAttention(InfiniConfig(rule="linear"), tiny_model_config(d_model=d, n_heads=1), 0)
     state = mem.initial_state(1, torch.device("cpu"))
     with torch.no_grad():
-        exact, _, _ = mem._segment_loop(sigma(q), sigma(k), v, reset, {key: t.double() for key, t in state.items()})
+        exact, _, _ = mem.segment_loop(sigma(q), sigma(k), v, reset, {key: t.double() for key, t in state.items()})
         sq, sk, v32 = sigma(q.float()), sigma(k.float()), v.float()
-        fast, _, fast_state = mem._linear_all_segments(sq, sk, v32, reset, state)
-        loop, _, loop_state = mem._segment_loop(sq, sk, v32, reset, state)
+        fast, _, fast_state = mem.linear_all_segments(sq, sk, v32, reset, state)
+        loop, _, loop_state = mem.segment_loop(sq, sk, v32, reset, state)
     assert float((loop.double() - exact).abs().max()) < 1e-5
     assert float((fast.double() - exact).abs().max()) < 1e-5
     assert float((fast - loop).abs().max()) < 1e-5

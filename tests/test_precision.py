@@ -25,7 +25,7 @@ def cpu_without_bf16(monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     monkeypatch.setattr(precision, "cpu_has_bf16_units", lambda: False)
     monkeypatch.setattr(precision, "bf16_matmul_speeds", lambda size=192, repeats=3: (160.0, 4.0))
-    monkeypatch.setattr(precision, "_warned", False)
+    monkeypatch.setattr(precision, "warned", False)
     precision.auto_cpu_choice.cache_clear()
     yield
     precision.auto_cpu_choice.cache_clear()
@@ -60,7 +60,7 @@ def test_auto_is_fp32_on_cpu_and_warns_nothing(cpu_without_bf16) -> None:
 
 def test_bf16_on_a_cpu_with_bf16_units_does_not_warn(monkeypatch) -> None:
     monkeypatch.setattr(precision, "cpu_has_bf16_units", lambda: True)
-    monkeypatch.setattr(precision, "_warned", False)
+    monkeypatch.setattr(precision, "warned", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert autocast_dtype("bf16") == torch.bfloat16

@@ -194,9 +194,9 @@ def mac_in_paper_order(mem: Titans, x: SegmentInputs, state: dict) -> tuple[torc
     weights = [state[f"W{l}"] for l in range(mem.cfg.depth)]
     q_read = mem.read_queries(x.q)
     r = torch.stack([mlp_ref(weights, q_read[..., t, :]) for t in range(x.q.shape[-2])], dim=-2)
-    y = mem.attend_with_context(x, r, mem._persistent_prefix(x.project_kv, B, x.q.device))
+    y = mem.attend_with_context(x, r, mem.persistent_prefix(x.project_kv, B, x.q.device))
     yq, yk, yv = mem.y_features(y)
-    m, new_state = mem._write(state, yk, yv, yq, mem.gate_values_of(x.h))
+    m, new_state = mem.write_memory(state, yk, yv, yq, mem.gate_values_of(x.h))
     return mem.combine(y, m), new_state
 
 
@@ -219,7 +219,7 @@ def test_mac_reads_old_memory_attends_then_writes() -> None:
     _, st1 = mac_in_paper_order(mem, x.segments()[0], mem.initial_state(B, torch.device("cpu")))
     w1 = [st1[f"W{l}"].detach() for l in range(mem.cfg.depth)]
     w2 = [state[f"W{l}"].detach() for l in range(mem.cfg.depth)]
-    prefix = mem._persistent_prefix(seg1.project_kv, B, seg1.q.device)
+    prefix = mem.persistent_prefix(seg1.project_kv, B, seg1.q.device)
     with torch.no_grad():
         r_old = mem.retrieve(st1, mem.read_queries(seg1.q))
         r_new = mem.retrieve(state, mem.read_queries(seg1.q))
@@ -325,7 +325,7 @@ def test_compile_option_routes_the_chunk_step_through_torch_compile(monkeypatch:
         return wrapped
 
     monkeypatch.setattr(torch, "compile", fake_compile)
-    monkeypatch.setattr(titans, "_COMPILED", {})
+    monkeypatch.setattr(titans, "COMPILED", {})
     x = layer_inputs(1)
     for mode in ("eager", "default"):
         mem = plugin("mag", compile=mode)

@@ -247,14 +247,14 @@ def test_hidden_cache_projects_only_the_states_held(monkeypatch) -> None:
     reset[:, 0] = True
     reset[1, 2] = True
     projected: list[int] = []
-    real = TransformerXL._prefix
+    real = TransformerXL.memory_prefix
 
     def spy(self, inputs, state):
         prefix = real(self, inputs, state)
         projected.append(0 if prefix is None else prefix.k.shape[2])
         return prefix
 
-    monkeypatch.setattr(TransformerXL, "_prefix", spy)
+    monkeypatch.setattr(TransformerXL, "memory_prefix", spy)
     results = []
     for mem_len in (1024, 24):
         torch.manual_seed(0)

@@ -173,7 +173,7 @@ class MemzooMemoryOnly(torch.nn.Module):
         state = self.mem.initial_state(b, x.device)
         reads = []
         for s in range(len(q)):  # segment by segment, the state carried (unbind: no zero-filled gradients)
-            m, state = self.mem._write(state, k[s], v[s], q[s], tuple(g[s] for g in gates))
+            m, state = self.mem.write_memory(state, k[s], v[s], q[s], tuple(g[s] for g in gates))
             reads.append(m)
         return self.out(r(torch.stack(reads, 1), "b s h n d -> b (s n) (h d)"))
 

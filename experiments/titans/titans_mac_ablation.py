@@ -62,7 +62,7 @@ class TitansMACWritingKeysValues(Titans):
         retrieved = self.retrieve(state, q_read)  # M_{t−1}, before any write of this segment
         y = self.attend_with_context(x, retrieved, prefix)  # [B, H, N, D]
         q, k, v = self.features(x.q, x.k, x.v)
-        m, state = self._write(state, k, v, q, gates)
+        m, state = self.write_memory(state, k, v, q, gates)
         return self.combine(y, m), state
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from memzoo.analysis.palette import style as style_of
-from memzoo.analysis.recipes import _length_label, longrange_table
+from memzoo.analysis.recipes import length_label, longrange_table
 from memzoo.analysis.stats import wilson_interval
 
 PASSKEY_INTERVAL = "95% Wilson score interval over the pooled keys (all depths, trials and seeds of a length)"
@@ -73,7 +73,7 @@ def passkey_length_curves(df: pd.DataFrame, ax=None):
                         alpha=1.0 if style == "-o" else 0.6)
     ax.set_xscale("log", base=2)
     lengths = sorted(plain["length"].unique())
-    ax.set_xticks(lengths, [_length_label(int(n)) for n in lengths])
+    ax.set_xticks(lengths, [length_label(int(n)) for n in lengths])
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("prompt length (bytes, log)")
     ax.set_ylabel("passkey accuracy (depths pooled; 95% Wilson)")

@@ -437,7 +437,7 @@ def longrange_table(df: pd.DataFrame, task: str = "passkey", reset: Optional[boo
     return out[[c for c in LONGRANGE_COLUMNS if c in out.columns] + [c for c in out.columns if c not in LONGRANGE_COLUMNS]]
 
 
-def _length_label(n: int) -> str:
+def length_label(n: int) -> str:
     for unit, size in (("M", 2**20), ("K", 2**10)):
         if n >= size and n % size == 0:
             return f"{n // size}{unit}"
@@ -466,7 +466,7 @@ def passkey_heatmaps(df: pd.DataFrame):
         within = ok.fillna(False).values.astype(bool)
         values = acc.astype(float).where(within)  # out of budget: a grey cell marked "oob"
         sns.heatmap(values, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f", cbar=False, ax=ax,
-                    xticklabels=[_length_label(int(c)) for c in acc.columns], yticklabels=[f"{d:g}" for d in acc.index])
+                    xticklabels=[length_label(int(c)) for c in acc.columns], yticklabels=[f"{d:g}" for d in acc.index])
         ax.set_facecolor("#cccccc")
         for i, j in zip(*np.nonzero(~within)):
             ax.text(j + 0.5, i + 0.5, "oob", ha="center", va="center", color="#333333")
@@ -519,7 +519,7 @@ def length_cost_table(df: pd.DataFrame, task: str = "passkey", short: int = 3276
         row: dict = {"method": method}
         for length, at in sub.groupby("length"):
             ok = at[at["status"] == "ok"]
-            label = _length_label(int(length))
+            label = length_label(int(length))
             row[f"rss_mb_{label}"] = ok["peak_rss_mb"].mean() if len(ok) == len(at) else None
             row[f"tokens_per_s_{label}"] = ok["tokens_per_s"].mean() if len(ok) == len(at) else None
             if task == "passkey":
@@ -531,7 +531,7 @@ def length_cost_table(df: pd.DataFrame, task: str = "passkey", short: int = 3276
         if batch is not None and long in batch.index and short in batch.index and batch[short] != batch[long]:
             same = [n for n in batch.index if n < long and batch[n] == batch[long]]
             base = max(same) if same else None
-        s, l = (_length_label(base) if base else None), _length_label(long)
+        s, l = (length_label(base) if base else None), length_label(long)
         if s and row.get(f"rss_mb_{s}") and row.get(f"rss_mb_{l}"):
             row["ratio_of"] = f"{l} / {s}"
             row["rss_ratio"] = row[f"rss_mb_{l}"] / row[f"rss_mb_{s}"]

@@ -62,7 +62,7 @@ def rope(x: Tensor, pos: Tensor, base: float) -> Tensor:
     return out.to(x.dtype)
 
 
-_XFORMERS_RUNS: dict[tuple[str, torch.dtype], bool] = {}
+XFORMERS_RUNS: dict[tuple[str, torch.dtype], bool] = {}
 
 
 def xformers_runs(device: torch.device, dtype: torch.dtype) -> bool:
@@ -70,21 +70,21 @@ def xformers_runs(device: torch.device, dtype: torch.dtype) -> bool:
     per (device, dtype). An installed xformers built for another torch or CUDA (or without CUDA) imports
     fine and fails at the first call: `auto` must then fall back to sdpa, not crash mid-run."""
     key = (str(device), dtype)
-    if key not in _XFORMERS_RUNS:
+    if key not in XFORMERS_RUNS:
         try:
             import xformers.ops as xops
 
             x = torch.ones(1, 8, 1, 16, device=device, dtype=dtype)  # [B, N, H, D]
             xops.memory_efficient_attention(x, x, x, attn_bias=xops.LowerTriangularMask())
-            _XFORMERS_RUNS[key] = True
+            XFORMERS_RUNS[key] = True
         except ImportError:
-            _XFORMERS_RUNS[key] = False
+            XFORMERS_RUNS[key] = False
         except Exception as err:  # installed but unusable here: say so once, use sdpa
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             warnings.warn(f"attention_backend='auto': xformers is installed but does not run on {device} for {dtype} "
                           f"({type(err).__name__}: {first}); using sdpa", RuntimeWarning, stacklevel=2)
-            _XFORMERS_RUNS[key] = False
-    return _XFORMERS_RUNS[key]
+            XFORMERS_RUNS[key] = False
+    return XFORMERS_RUNS[key]
 
 
 @dataclass
@@ -136,7 +136,7 @@ class LocalAttention:
         """The attention of segment s of a multi-segment call (its own window); itself without a window."""
         return self if self.window is None else self.with_window(self.window.at(s))
 
-    def _use_xformers(self, x: Tensor) -> bool:
+    def use_xformers(self, x: Tensor) -> bool:
         """xformers when asked for, or under `auto` on CUDA where its kernel runs for x's dtype."""
         device = x.device
         if self.backend == "sdpa":
@@ -163,7 +163,7 @@ class LocalAttention:
         if prefix is None:
             if within is not None:
                 return self._masked(q_r, k_r, v, within)
-            if self._use_xformers(q):
+            if self.use_xformers(q):
                 return self._xformers(q_r, k_r, v, None)
             return sdpa(q_r, k_r, v)
         pk = rope(prefix.k.to(q.dtype), prefix.pos, self.rope_base)
@@ -173,7 +173,7 @@ class LocalAttention:
         mask = torch.cat(
             (prefix.valid[:, None, :].expand(-1, n, -1), causal.expand(q.shape[0], -1, -1)), dim=-1
         )[:, None]  # [B, 1, N, M+N]
-        if self._use_xformers(q):
+        if self.use_xformers(q):
             return self._xformers(q_r, k_all, v_all, mask)
         return sdpa(q_r, k_all, v_all, mask)
 
@@ -200,7 +200,7 @@ class LocalAttention:
         mask = torch.cat(masks, dim=-1)[:, None]  # [B', 1, N, C+M+N]
         q_r = rope(q, pos, self.rope_base)
         k_all, v_all = torch.cat(ks, dim=-2), torch.cat(vs, dim=-2)
-        if self._use_xformers(q):
+        if self.use_xformers(q):
             return self._xformers(q_r, k_all, v_all, mask)
         return sdpa(q_r, k_all, v_all, mask)
 
@@ -220,14 +220,14 @@ class LocalAttention:
             k, v = torch.cat((wk.to(k.dtype), k), dim=-2), torch.cat((wv.to(v.dtype), v), dim=-2)
             k_pos = torch.cat((self.window.positions(q.device), k_pos.to(q.device)))
         q_r, k_r = rope(q, q_pos, self.rope_base), rope(k, k_pos, self.rope_base)
-        if self._use_xformers(q):
+        if self.use_xformers(q):
             return self._xformers(q_r, k_r, v, mask)
         return sdpa(q_r, k_r, v, mask)
 
     def _masked(self, q_r: Tensor, k_r: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """Rotated q, k [B, H, N, D] under an explicit mask [N, N] (True = may attend)."""
         mask = mask.to(q_r.device)
-        if self._use_xformers(q_r):
+        if self.use_xformers(q_r):
             return self._xformers(q_r, k_r, v, mask)
         return sdpa(q_r, k_r, v, mask)
 

@@ -30,7 +30,7 @@ import torch
 PRECISIONS = ("fp32", "bf16", "auto")
 FLOATS = (torch.float64, torch.float32, torch.bfloat16, torch.float16)  # the dtypes the policy knows
 BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})  # x86 /proc/cpuinfo flags; aarch64 Features
-_warned = False  # the slow-bf16 warning is given once per process
+warned = False  # the slow-bf16 warning is given once per process
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> Optional[frozenset[str]]:
@@ -74,10 +74,10 @@ def cpu_has_bf16_units() -> bool:
 
 def warn_slow_bf16() -> None:
     """Warn (once per process) that bf16 on this CPU is slow, with the measured slowdown and the fix."""
-    global _warned
-    if _warned:
+    global warned
+    if warned:
         return
-    _warned = True
+    warned = True
     fp32, bf16 = bf16_matmul_speeds()
     warnings.warn(
         f"train.precision=bf16 on a CPU without bf16 matrix units (no AVX512-BF16, AMX or ARM BF16): a bf16 matrix "

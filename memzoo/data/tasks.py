@@ -223,7 +223,7 @@ class SegmentRecallExample:
         return self.query_segment - self.pairs_segment - self.rewrites
 
 
-def _filler(length: int) -> bytes:
+def filler_bytes(length: int) -> bytes:
     return (FILLER * math.ceil(length / len(FILLER) + 1)).encode()[:length]
 
 
@@ -290,7 +290,7 @@ def segment_recall_batch(gen: torch.Generator, batch_size: int, segment_len: int
 
     segments = rewrites + gap_segments + 1
     length = segments * n
-    tokens = torch.frombuffer(bytearray(_filler(length)), dtype=torch.uint8).long().expand(b, length).clone()  # [B, L]
+    tokens = torch.frombuffer(bytearray(filler_bytes(length)), dtype=torch.uint8).long().expand(b, length).clone()  # [B, L]
     answer = torch.zeros(b, length, dtype=torch.bool)
     pairs_segment = gap_segments - gap  # [B]: the queries fill the last segment whatever the row's gap
     rows = torch.arange(b)[:, None]

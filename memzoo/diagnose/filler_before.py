@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from memzoo.data.tasks import SegmentRecallExample, _filler
+from memzoo.data.tasks import SegmentRecallExample, filler_bytes
 from memzoo.evaluations.capacity import accuracy, predict_scored
 from memzoo.runs.checkpoints import load_trained
 from memzoo.evaluations.distance import distance_batch
@@ -30,7 +30,7 @@ def with_filler_before(example: SegmentRecallExample, segments: int, segment_len
     """The example opened by `segments` segments of filler text (the training rows' prefix): the same
     pairs, gap and queries, every position shifted by segments x segment_len."""
     shift = segments * segment_len
-    return replace(example, tokens=_filler(shift) + example.tokens,
+    return replace(example, tokens=filler_bytes(shift) + example.tokens,
                    answer_positions=[p + shift for p in example.answer_positions],
                    scored_positions=[p + shift for p in example.scored_positions],
                    query_segment=example.query_segment + segments, pairs_segment=example.pairs_segment + segments)

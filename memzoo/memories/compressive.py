@@ -176,7 +176,7 @@ class CompressiveTransformer(LayerMemory):
         return {"total": table1 + pending, "table1": table1, "pending": pending}
 
     # ---- read --------------------------------------------------------------------------------
-    def _prefix(self, x: SegmentInputs, state: State) -> KVPrefix:
+    def memory_prefix(self, x: SegmentInputs, state: State) -> KVPrefix:
         """Keys/values of [cm; pending; m] with the current W_K, W_V, their positions and validity.
 
         Each part is cut to its filled slots (fifo.filled), so empty capacity costs nothing; a slot
@@ -249,7 +249,7 @@ class CompressiveTransformer(LayerMemory):
 
     def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
         """Attend over [cm; m; segment] (causal), then push the segment and compress what the FIFO evicts."""
-        out = x.attend(x.q, x.k, x.v, prefix=self._prefix(x, state))  # [B, H, N, D]
+        out = x.attend(x.q, x.k, x.v, prefix=self.memory_prefix(x, state))  # [B, H, N, D]
 
         aux = zero_loss(x.q)
         with torch.autocast(device_type=x.q.device.type, enabled=False):

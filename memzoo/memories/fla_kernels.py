@@ -133,8 +133,8 @@ def _fla_kernel(gated: bool, device: torch.device, dtype: torch.dtype,
     return functools.partial(delta_rule_fla, fla.gated, True), f"chunk_gated_delta_rule ({dtype})"
 
 
-_SAID: set[str] = set()
-_FAILED: dict[tuple, str] = {}  # (gated, device, dtype, backward) -> why fla's call raised under kernel=auto
+SAID: set[str] = set()
+FAILED: dict[tuple, str] = {}  # (gated, device, dtype, backward) -> why fla's call raised under kernel=auto
 
 
 def chunkwise(kernel: str, gated: bool, torch_form: Callable[..., tuple[Tensor, Tensor]], q: Tensor, k: Tensor,
@@ -144,7 +144,7 @@ def chunkwise(kernel: str, gated: bool, torch_form: Callable[..., tuple[Tensor, 
     that raises is named in that line and PyTorch runs from then on for this device and dtype."""
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, g, beta, s0))
     key = (gated, str(q.device), q.dtype, backward)
-    failed = _FAILED.get(key) if kernel == "auto" else None
+    failed = FAILED.get(key) if kernel == "auto" else None
     choice = torch_fallback(gated, failed) if failed else choose(kernel, gated, q.device, q.dtype, backward)
     if choice.run is not None:
         try:
@@ -155,16 +155,16 @@ def chunkwise(kernel: str, gated: bool, torch_form: Callable[..., tuple[Tensor, 
             if kernel == "fla":
                 raise
             first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
-            _FAILED[key] = f"fla raised {type(err).__name__}: {first}"
-            choice = torch_fallback(gated, _FAILED[key])
+            FAILED[key] = f"fla raised {type(err).__name__}: {first}"
+            choice = torch_fallback(gated, FAILED[key])
     say_once(choice.line)
     return torch_form(q, k, v, g, beta, s0, reset)
 
 
 def say_once(line: str) -> None:
     """Print `line` to stderr the first time this process meets it (which path ran, and why)."""
-    if line not in _SAID:
-        _SAID.add(line)
+    if line not in SAID:
+        SAID.add(line)
         print(f"memzoo: {line}", file=sys.stderr, flush=True)
 
 

@@ -187,9 +187,9 @@ class InfiniAttention(LayerMemory):
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             sq, sk, v = sigma(x.q.to(dtype)), sigma(x.k.to(dtype)), x.v.to(dtype)  # memory path: no RoPE
             if self.cfg.rule == "linear" and self.cfg.vectorized:
-                a_mem, empty, state = self._linear_all_segments(sq, sk, v, x.reset, state)
+                a_mem, empty, state = self.linear_all_segments(sq, sk, v, x.reset, state)
             else:
-                a_mem, empty, state = self._segment_loop(sq, sk, v, x.reset, state)
+                a_mem, empty, state = self.segment_loop(sq, sk, v, x.reset, state)
             # what the memory path read and wrote: σ(q), σ(k), v and the read σ(q) M / σ(q) z, [B, S, H, N, D] each
             probe("infini.memory", layer=self.layer_index, sq=sq, sk=sk, v=v, read=a_mem)
 
@@ -198,7 +198,7 @@ class InfiniAttention(LayerMemory):
             out = torch.where(empty[..., None, None], a_dot, out)
         return out, state, zero_loss(x.q)
 
-    def _segment_loop(self, sq: Tensor, sk: Tensor, v: Tensor, reset: Tensor, state: State):
+    def segment_loop(self, sq: Tensor, sk: Tensor, v: Tensor, reset: Tensor, state: State):
         """Retrieve then update, one segment at a time (the paper's recurrence)."""
         if self.cfg.rule == "delta":
             update = lambda m, z, k, v: update_delta(m, z, k, v, self.cfg.normalizer)  # noqa: E731
@@ -215,7 +215,7 @@ class InfiniAttention(LayerMemory):
             state = {"M": mem, "z": z}
         return torch.stack(reads, 1), torch.stack(empties, 1), state
 
-    def _linear_all_segments(self, sq: Tensor, sk: Tensor, v: Tensor, reset: Tensor, state: State):
+    def linear_all_segments(self, sq: Tensor, sk: Tensor, v: Tensor, reset: Tensor, state: State):
         """The linear rule for all S segments without a loop.
 
         M_{s-1} is a running sum of the segment updates σ(K)ᵀV that restarts from 0 at each reset

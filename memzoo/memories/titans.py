@@ -189,7 +189,7 @@ def chunk_step(states: list[Tensor], keys: Tensor, values: Tensor, queries: Tens
     return r, new
 
 
-_COMPILED: dict[str, Callable[..., tuple[Tensor, list[Tensor]]]] = {}
+COMPILED: dict[str, Callable[..., tuple[Tensor, list[Tensor]]]] = {}
 
 
 def compiled_chunk_step(mode: str) -> Callable[..., tuple[Tensor, list[Tensor]]]:
@@ -197,9 +197,9 @@ def compiled_chunk_step(mode: str) -> Callable[..., tuple[Tensor, list[Tensor]]]
     shared by every layer and both variants, whose chunk shapes repeat)."""
     if mode == "eager":
         return chunk_step
-    if mode not in _COMPILED:
-        _COMPILED[mode] = torch.compile(chunk_step, mode=mode, dynamic=False, fullgraph=True)
-    return _COMPILED[mode]
+    if mode not in COMPILED:
+        COMPILED[mode] = torch.compile(chunk_step, mode=mode, dynamic=False, fullgraph=True)
+    return COMPILED[mode]
 
 
 def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, values: Tensor, queries: Tensor,
@@ -374,7 +374,7 @@ class Titans(LayerMemory):
     def _pack(self, weights: list[Tensor], momentum: list[Tensor]) -> State:
         return {**{f"W{l}": w for l, w in enumerate(weights)}, **{f"S{l}": s for l, s in enumerate(momentum)}}
 
-    def _persistent_prefix(self, x_project_kv, batch: int, device: torch.device) -> Optional[KVPrefix]:
+    def persistent_prefix(self, x_project_kv, batch: int, device: torch.device) -> Optional[KVPrefix]:
         """The N_p persistent tokens' keys/values via the layer's W_K, W_V, at positions −N_p … −1."""
         n_p = self.cfg.n_persistent
         if n_p == 0:
@@ -384,7 +384,7 @@ class Titans(LayerMemory):
         valid = torch.ones(batch, n_p, dtype=torch.bool, device=device)
         return KVPrefix(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1), pos, valid)
 
-    def _write(self, state: State, keys: Tensor, values: Tensor, queries: Tensor,
+    def write_memory(self, state: State, keys: Tensor, values: Tensor, queries: Tensor,
                gates: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, State]:
         """Chunked write of one segment (float32), reading M_i(q_i) after each token's write.
         gates: log(1 − α), log η, θ, each [B, H, n]."""
@@ -422,7 +422,7 @@ class Titans(LayerMemory):
             return self.mac_forward(x, state)
         b, s, h, n, d = x.q.shape
         flat = lambda t: rearrange(t, "b s h n d -> (b s) h n d")  # noqa: E731  segments independent here
-        y = x.attend(flat(x.q), flat(x.k), flat(x.v), prefix=self._persistent_prefix(x.project_kv, b * s, x.q.device))
+        y = x.attend(flat(x.q), flat(x.k), flat(x.v), prefix=self.persistent_prefix(x.project_kv, b * s, x.q.device))
         unflat = lambda t: rearrange(t, "(b s) h n d -> b s h n d", b=b)  # noqa: E731
         feats = self._recompute(self.features, flat(x.q), flat(x.k), flat(x.v))  # conv restarts per segment
         qs, ks, vs = (unflat(t).unbind(1) for t in feats)
@@ -430,7 +430,7 @@ class Titans(LayerMemory):
         reads = []
         for i, reset in enumerate(x.reset.unbind(1)):
             state = self.reset_rows(state, reset)
-            m, state = self._write(state, ks[i], vs[i], qs[i], tuple(g[i] for g in gates))
+            m, state = self.write_memory(state, ks[i], vs[i], qs[i], tuple(g[i] for g in gates))
             reads.append(m)
         out = self._recompute(self.combine, unflat(y), torch.stack(reads, dim=1))  # [B, S, H, N, D]
         return out, state, zero_loss(x.q)
@@ -442,7 +442,7 @@ class Titans(LayerMemory):
         q_read = self._recompute(self.read_queries, rearrange(x.q, "b s h n d -> (b s) h n d"))  # conv restarts per segment
         q_read = rearrange(q_read, "(b s) h n d -> b s h n d", b=b).unbind(1)
         gates = [g.unbind(1) for g in self.gate_values_of(x.h)]  # 3 x S x [B, H, N]
-        prefix = self._persistent_prefix(x.project_kv, b, x.q.device)
+        prefix = self.persistent_prefix(x.project_kv, b, x.q.device)
         outs = []
         for i, (seg, reset) in enumerate(zip(x.segments(), x.reset.unbind(1))):
             state = self.reset_rows(state, reset)
@@ -494,5 +494,5 @@ class Titans(LayerMemory):
         retrieved = self._recompute(self.retrieve, state, q_read)  # M_{t−1}, before any write of this segment
         y = self.attend_with_context(x, retrieved, prefix)  # [B, H, N, D]
         yq, yk, yv = self._recompute(self.y_features, y)
-        m, state = self._write(state, yk, yv, yq, gates)  # M_i(q_y,i) after the writes of tokens ≤ i
+        m, state = self.write_memory(state, yk, yv, yq, gates)  # M_i(q_y,i) after the writes of tokens ≤ i
         return self._recompute(self.combine, y, m), state

@@ -115,7 +115,7 @@ class TransformerXL(LayerMemory):
             return {"total": table1}
         return {"total": per_slot * cfg.mem_len * model.n_layers + delay, "table1": table1, "window_delay": delay}
 
-    def _prefix(self, x: SegmentInputs, state: State) -> KVPrefix | None:
+    def memory_prefix(self, x: SegmentInputs, state: State) -> KVPrefix | None:
         """The memory as keys/values before the segment (no positional encoding stored): the oldest
         mem_len slots, shifted before the window by the delay line's length."""
         delay = self.delay(self.cfg, self.model_cfg)
@@ -131,7 +131,7 @@ class TransformerXL(LayerMemory):
 
     def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
         """Attend over [memory_s; segment] (causal), then push the segment into the memory (SG)."""
-        out = x.attend(x.q, x.k, x.v, prefix=self._prefix(x, state))  # [B, H, N, D]
+        out = x.attend(x.q, x.k, x.v, prefix=self.memory_prefix(x, state))  # [B, H, N, D]
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             if self.cfg.cache == "kv":
                 state, _evicted = push_kv(state, x.k, x.v)  # keep the newest mem_len slots

@@ -1,0 +1,64 @@
+"""No module reaches a private name (`_x`) that another memzoo module defines: not by import, not as an
+attribute of another object, not by monkeypatching it by name. Private names stay the business of the
+file that defines them; what other files need is public and documented."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = ("memzoo", "tests", "benchmarks", "checks", "experiments")
+
+
+def private_definitions(package: Path = ROOT / "memzoo") -> dict[str, set[Path]]:
+    """Every `_name` (not dunder) defined in the package as a function, class, method or assignment -> its files."""
+    found: dict[str, set[Path]] = {}
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            for name in names:
+                if name.startswith("_") and not name.startswith("__"):
+                    found.setdefault(name, set()).add(path)
+    return found
+
+
+def reaches(path: Path, private: dict[str, set[Path]]) -> list[str]:
+    """The lines of `path` that use a private name another file defines: 'LINE: NAME: code'."""
+    out = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        for name, owners in private.items():
+            if path in owners or name not in line:
+                continue
+            imported = "from memzoo" in line and re.search(rf"\bimport\b.*(?<![\w.]){re.escape(name)}\b", line)
+            attribute = re.search(rf"(?<!\bself)(?<!\bcls)\.{re.escape(name)}\b", line)
+            patched = re.search(rf"setattr\(.*[\"']{re.escape(name)}[\"']", line)
+            if imported or attribute or patched:
+                out.append(f"{number}: {name}: {line.strip()}")
+    return out
+
+
+def test_no_file_reaches_a_private_name_another_module_defines() -> None:
+    private = private_definitions()
+    assert len(private) > 20  # the walk finds them
+    me = Path(__file__).resolve()
+    found = [f"{path.relative_to(ROOT)}:{hit}" for folder in FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))
+             if path != me for hit in reaches(path, private)]
+    assert not found, "private names reached across modules:\n" + "\n".join(found)
+
+
+def test_the_check_catches_each_kind_of_reach(tmp_path: Path) -> None:
+    private = {"_hidden": {tmp_path / "owner.py"}}
+    probe = tmp_path / "probe.py"
+    for line in ("from memzoo.x import public, _hidden", "y = obj._hidden(1)", 'monkeypatch.setattr(x, "_hidden", 1)'):
+        probe.write_text(line + "\n")
+        assert len(reaches(probe, private)) == 1, line
+    for line in ("self._hidden = 1", "cls._hidden = 2", "z = _hidden_too", "# _hidden in a comment"):
+        probe.write_text(line + "\n")
+        assert reaches(probe, private) == [], line
+    (tmp_path / "owner.py").write_text("x = other._hidden\n")
+    assert reaches(tmp_path / "owner.py", private) == []  # the defining file may use its own names
