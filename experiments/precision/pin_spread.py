@@ -1,21 +1,21 @@
-"""How far the float64 pinned logits (tests/test_hook_pin.py) move on this CPU against the fixture,
+"""How far the float64 pinned logits (memzoo.conformance.pinned; tests/test_hook_pin.py) move on this CPU against the fixture,
 at 1 and at all threads: the measurement the pin's tolerance is set from.
 
-    PYTHONPATH=. python experiments/precision/pin_spread.py            # also under ATEN_CPU_CAPABILITY=avx2|default
+    python experiments/precision/pin_spread.py            # also under ATEN_CPU_CAPABILITY=avx2|default
 """
 from __future__ import annotations
 
 import json
 import os
 import platform
-import sys
 from pathlib import Path
 
 import torch
 
 ALL_THREADS = torch.get_num_threads()  # before the tests' conftest sets one thread
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from test_hook_pin import FIXTURE, PINNED, pinned_logits  # noqa: E402
+from memzoo.conformance.pinned import PINNED, pinned_logits
+
+FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "golden_logits.json"  # the pin's golden logits
 
 
 def cpu_name() -> str:
