@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from memzoo.analysis.palette import SPARE_MARKERS, STYLES, style, variant_lines
+from memzoo.analysis.palette import SPARE_MARKERS, STYLES, legend_order, spread, style, variant_lines
 from memzoo.core.config import ConfigError
 from memzoo.core.plugins import registered
 from memzoo.publishing.figures import (ARCHIVED, FIGURES, ROWS_KEY, all_tables, pages, png_text, render, rows_stamp,
@@ -149,6 +149,23 @@ def test_every_method_has_a_colour_and_marker_of_its_own() -> None:
     markers = [m for _, m in STYLES.values()] + list(SPARE_MARKERS)
     assert not [m for m in markers if m in "x+|_.,1234"], "seaborn cannot mix filled and line-art markers"
     assert variant_lines(["a x=1", "a x=2", "b"]) == {"a x=1": "-", "a x=2": "--", "b": "-"}
+    in_tree = [m for _, m in STYLES.values()]
+    assert len(set(in_tree)) == len(in_tree), "two methods share a marker"
+
+
+def test_legends_follow_one_order_and_equal_states_are_spread() -> None:
+    """Legend entries sort by the zoo's order (variants after their method, plugins and notes last);
+    two methods at one state move apart symmetrically on a log axis, a method alone stays put."""
+    handles = ["h_xl", "h_note", "h_local", "h_mine", "h_xl33"]
+    labels = ["xl", "chance", "local", "my-plugin", "xl mem_len=33"]
+    assert legend_order(handles, labels) == (["h_local", "h_xl", "h_xl33", "h_note", "h_mine"],
+                                             ["local", "xl", "xl mem_len=33", "chance", "my-plugin"])
+    moved = spread({"gated-deltanet": [100.0, 500.0], "deltanet": [100.0], "xl": [64.0]}, factor=1.1)
+    assert moved["deltanet"] == [pytest.approx(100 / 1.1 ** 0.5)] and moved["xl"] == [64.0]
+    assert moved["gated-deltanet"] == [pytest.approx(100 * 1.1 ** 0.5), 500.0]
+    near = spread({"deltanet": [100.0], "gated-deltanet": [110.0]}, factor=1.1)  # within 15%: side by side
+    centre = (100.0 * 110.0) ** 0.5
+    assert near == {"deltanet": [pytest.approx(centre / 1.1 ** 0.5)], "gated-deltanet": [pytest.approx(centre * 1.1 ** 0.5)]}
 
 
 def test_the_command_reports_then_rewrites_a_stale_block(tmp_path: Path, capsys) -> None:

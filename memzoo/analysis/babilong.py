@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis.palette import colour, marker
+from memzoo.analysis.palette import colour, legend_order, marker
 from memzoo.analysis.stats import t_halfwidth
 from memzoo.data.babilong import length_bytes
 
@@ -114,6 +114,6 @@ def babilong_curves(df: pd.DataFrame):
     handles += [Line2D([], [], color="black", ls="--", marker="x", alpha=0.5), Line2D([], [], color="grey", lw=2),
                 Line2D([], [], color="black", ls=":")]
     labels = [*methods, "state reset before the question", "label chance (same samples)", "longest trained length"]
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.legend(*legend_order(handles, labels), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
     fig.tight_layout()
     return fig

@@ -197,7 +197,7 @@ def beyond_window_figure(df: pd.DataFrame):
     beyond-window copyable bytes, 95% t intervals over seeds. Points of equal state are offset."""
     import matplotlib.pyplot as plt
 
-    from memzoo.analysis.palette import colour, marker
+    from memzoo.analysis.palette import colour, marker, ordered_legend, spread
 
     bands = band_table(df)
     variants = [v for v in dict.fromkeys(bands["variant"]) if v != REFERENCE]
@@ -213,17 +213,16 @@ def beyond_window_figure(df: pd.DataFrame):
     left.set_ylabel(f"bits per byte − {floor_name(df)}")
     summary = window_summary(df).set_index("variant")
     beyond = bands[bands["class"] == "copy_beyond"].set_index("variant")
-    seen: dict[int, int] = {}
+    states = {v: [float(max(int(summary.loc[v, "state"]), 1))] for v in variants}
+    moved = spread(states)  # equal states side by side, none hiding another
     for v in variants:
-        state = max(int(summary.loc[v, "state"]), 1)
-        shift = 1.08 ** seen.get(state, 0)  # offset points of equal state so none hides another
-        seen[state] = seen.get(state, 0) + 1
-        right.errorbar([state * shift], [beyond.loc[v, "diff_vs_floor"]], yerr=[beyond.loc[v, "ci"] if beyond.loc[v, "ci"] == beyond.loc[v, "ci"] else 0],
-                       marker=marker(v), color=colour(v), capsize=3, ls="none", label=v)
+        half = beyond.loc[v, "ci"]
+        right.errorbar(moved[v], [beyond.loc[v, "diff_vs_floor"]], yerr=[half if half == half else 0], marker=marker(v),
+                       color=colour(v), capsize=3, ls="none", label=v)
     right.set_xscale("log")
     right.axhline(0, color="grey", lw=0.8)
     right.set_xlabel("memory state (numbers per sequence, log; equal states offset)")
     right.set_ylabel("− floor, beyond-window copyable bytes")
-    left.legend(fontsize=7)
+    left.legend(*ordered_legend(left), fontsize=7)
     fig.tight_layout()
     return fig

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis.palette import colour, marker
+from memzoo.analysis.palette import colour, legend_order, marker, spread
 from memzoo.analysis.stats import REFERENCE, bootstrap_versus, compare_groups, t_halfwidth
 
 FACETS = ["pairs", "gap_segments"]
@@ -124,10 +124,13 @@ def capacity_curves(df: pd.DataFrame):
             ax = axes[r][c]
             facet = cells[(cells["pairs"] == p) & (cells["gap_segments"] == g)].assign(
                 x=lambda d: d["state"].clip(lower=1))
+            at = {m: sorted(facet.loc[facet["method"] == m, "x"].unique()) for m in methods}
+            moved = spread(at, factor=1.35, near=1.4)  # methods at about one state side by side, none hiding another
             for m in methods:
                 sub = facet[facet["method"] == m].sort_values("x")
                 if sub.empty:
                     continue
+                sub = sub.assign(x=sub["x"].map(dict(zip(at[m], moved[m]))))
                 line = sub.groupby("x", as_index=False)["accuracy"].max()
                 ax.plot(line["x"], line["accuracy"], color=colours[m], lw=1, alpha=0.6)
                 ax.errorbar(sub["x"], sub["accuracy"], yerr=sub["accuracy_ci"].fillna(0), fmt=marker(m),
@@ -141,7 +144,7 @@ def capacity_curves(df: pd.DataFrame):
             ax.set_ylim(-0.02, 1.02)
             ax.set_title(f"{p} pairs, {g} segment{'s' if g != 1 else ''} back", fontsize=10)
             if r == len(pairs) - 1:
-                ax.set_xlabel("state per sequence (numbers, log; none drawn at 1)")
+                ax.set_xlabel("state per sequence (numbers, log; none drawn at 1; equal states side by side)")
             if c == 0:
                 ax.set_ylabel("cross-segment recall accuracy")
     from matplotlib.lines import Line2D
@@ -151,6 +154,6 @@ def capacity_curves(df: pd.DataFrame):
     handles += [Line2D([], [], marker="o", ls="", mfc="none", mec="black"), Line2D([], [], color="grey", ls="--"),
                 Line2D([], [], color="black")]
     labels += ["memory reset before the query", "chance (uniform over stored values)", "Pareto front"]
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.legend(*legend_order(handles, labels), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
     fig.tight_layout()
     return fig

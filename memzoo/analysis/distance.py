@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis.palette import style, variant_lines
+from memzoo.analysis.palette import legend_order, style, variant_lines
 from memzoo.analysis.recipes import variant_labels
 from memzoo.analysis.stats import bootstrap_versus, paired_differences, paired_t, per_seed, t_halfwidth
 
@@ -199,6 +199,6 @@ def distance_curves(df: pd.DataFrame):
     handles += [Line2D([], [], color="black", ls=(0, (1, 3)), alpha=0.5), Line2D([], [], color="grey", lw=2),
                 Line2D([], [], color="black", ls=":")]
     labels = [*variants, "state reset after the last write", "chance (same examples)", "largest trained gap"]
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.legend(*legend_order(handles, labels), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
     fig.tight_layout()
     return fig

@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis.palette import style as style_of
+from memzoo.analysis.palette import ordered_legend, style as style_of
 from memzoo.analysis.recipes import length_label, longrange_table
 from memzoo.analysis.stats import wilson_interval
 
@@ -77,7 +77,7 @@ def passkey_length_curves(df: pd.DataFrame, ax=None):
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("prompt length (bytes, log)")
     ax.set_ylabel("passkey accuracy (depths pooled; 95% Wilson)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
+    ax.legend(*ordered_legend(ax), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -147,7 +147,7 @@ def answer_loss_curves(df: pd.DataFrame, ax=None):
         ax.axvline(step, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("fine-tuning step (curriculum stages in order)")
     ax.set_ylabel("answer loss (bits per byte)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
+    ax.legend(*ordered_legend(ax), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from memzoo.analysis.capacity import pareto_front
-from memzoo.analysis.palette import colour, marker, style
+from memzoo.analysis.palette import colour, marker, ordered_legend, style
 from memzoo.analysis.stats import (REFERENCE, bootstrap_versus, compare_groups, holm, paired_differences, paired_t, per_seed,
                                    RatioEstimate, ratio_interval, t_errorbar)
 
@@ -50,7 +50,7 @@ def footprint_vs_bpb(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
     ax.set_xscale("log")
     ax.set_xlabel("state per sequence (numbers, log)")
     ax.set_ylabel(f"{bpb.replace('_', ' ')} (bits per byte; mean, 95% t interval over seeds)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
+    ax.legend(*ordered_legend(ax), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -69,7 +69,7 @@ def bpb_by_segment(df: pd.DataFrame, ax=None, max_segment: Optional[int] = None)
                  palette={m: colour(m) for m in methods}, markers={m: marker(m) for m in methods}, ax=ax)
     ax.set_xlabel("segment index within document")
     ax.set_ylabel("bits per byte (mean, 95% t interval)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
+    ax.legend(*ordered_legend(ax), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -283,7 +283,7 @@ def gain_by_segment(df: pd.DataFrame, ax=None):
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xlabel("segment index within document")
     ax.set_ylabel("bpb − local's at the same seed (paired; 95% t)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
+    ax.legend(*ordered_legend(ax), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 
@@ -306,7 +306,7 @@ def footprint_vs_gain(df: pd.DataFrame, bpb: str = "valid_bpb", ax=None):
     ax.set_xscale("log")
     ax.set_xlabel("state per sequence (numbers, log)")
     ax.set_ylabel(f"{bpb.replace('_', ' ')} − local's (paired by seed; 95% t)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,  # outside the data
+    ax.legend(*ordered_legend(ax), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,  # outside the data
               title="* differs from local (Holm)", title_fontsize=8)
     return ax
 
@@ -334,7 +334,7 @@ def memory_vs_state(df: pd.DataFrame, ax=None, split: str = "valid"):
     ax.set_xscale("log")
     ax.set_xlabel("state per sequence (numbers, log)")
     ax.set_ylabel("bpb with memory reset − with it (segments ≥ 1)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.legend(*ordered_legend(ax), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
 
 
@@ -502,7 +502,7 @@ def cost_vs_length(df: pd.DataFrame, task: str = "passkey", axes=None):
         ax.set_xlabel("prompt length (bytes, log)")
     axes[0].set_ylabel("peak resident memory (MB)")
     axes[1].set_ylabel("streaming tokens per second")
-    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(-0.02, -0.15), ncol=5, frameon=False)  # below the panels
+    axes[0].legend(*ordered_legend(axes[0]), fontsize=8, loc="upper left", bbox_to_anchor=(-0.02, -0.15), ncol=5, frameon=False)  # below the panels
     return axes
 
 
