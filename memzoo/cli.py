@@ -276,6 +276,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memzoo", description="A zoo of memory-augmented transformers on one backbone.")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE_OR_MODULE",
+                   help="import a plugin first (a .py file or a module; repeatable): the memories and evaluation "
+                        "kinds it registers get their commands (installed packages: the memzoo.evaluations entry point)")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("list", help="the catalogue of methods")
@@ -386,10 +389,33 @@ def _device_option(s: argparse.ArgumentParser) -> None:
     s.add_argument("--device", default=None, help="where to evaluate: cpu, cuda, cuda:INDEX, auto (default: the run's train.device)")
 
 
+def take_imports(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the modules or .py files named by `--import X` before the command, the arguments without them)."""
+    imports, rest, i = [], [], 0
+    while i < len(argv):
+        if argv[i] == "--import" and i + 1 < len(argv):
+            imports.append(argv[i + 1])
+            i += 2
+        elif argv[i].startswith("--import="):
+            imports.append(argv[i].split("=", 1)[1])
+            i += 1
+        else:
+            rest.append(argv[i])
+            i += 1
+    return imports, rest
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     from memzoo.core.plugins import UnknownMethodError
     from memzoo.runs.checkpoints import CheckpointError
+    from memzoo.suites.suite_plugins import import_plugins
 
+    imports, argv = take_imports(list(sys.argv[1:] if argv is None else argv))
+    try:
+        import_plugins(imports)  # first: a memory or evaluation kind they register gets its command
+    except ConfigError as err:
+        print(f"memzoo: error: {err}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may follow flags (`footprint CFG --json a=b`): gather them here.

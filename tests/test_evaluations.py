@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -123,13 +125,51 @@ def test_the_worked_example_runs_through_a_suite_stage_the_table_and_the_cli(cop
     assert main(["copy", str(run_dir), "--length", "0"]) == 2
     assert "copy length=0, trials=4; expected both >= 1" in capsys.readouterr().err
 
-    from memzoo.publishing.report import write_report  # the report shows a kind it has no section of its own for
+    from memzoo.publishing.report import write_report  # the kind's own report section and figure
 
     pd.DataFrame([row]).to_parquet(run_dir.parent / "results.parquet")
-    md, _ = write_report(run_dir.parent, figures=False)
-    assert "## Evaluation copy: its rows per run" in md.read_text()
+    md, _ = write_report(run_dir.parent)
+    text = md.read_text()
+    assert "## Copying: next-byte accuracy over the second copy (mean over seeds)" in text
+    assert "| local | 40 | " in text and "## Copying: accuracy over the second copy, per method" in text
+    assert (run_dir.parent / "copy.png").is_file() and "![copy](copy.png)" in text
+
+    out = subprocess.run([sys.executable, "-m", "memzoo", "--import", copy_kind["__file__"], "copy", str(run_dir),
+                          "--length", "40", "--trials", "3", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]  # a fresh process: the command exists only through --import
+    assert json.loads(out.stdout)[0]["accuracy"] == rows[0]["accuracy"]
+    assert subprocess.run([sys.executable, "-m", "memzoo", "copy", str(run_dir)], capture_output=True).returncode == 2
 
     monkeypatch.setattr(Copier, "length", 24)
     monkeypatch.setitem(copy_kind, "StreamingDecoder", Copier)
     (perfect,) = run_evaluation(run_dir, {"task": "copy", "length": 24, "trials": 2})
     assert perfect["accuracy"] == 1.0
+
+
+def test_an_installed_packages_kind_registers_through_its_entry_point(monkeypatch) -> None:
+    """The memzoo.evaluations entry point's module is imported (its kind then has a command), and one that
+    fails to import is an error naming the entry point."""
+    from importlib import metadata
+
+    from memzoo.evaluations.registry import load_entry_points
+
+    class Point:
+        def __init__(self, name: str, load) -> None:
+            self.name, self.value, self.load = name, f"pkg.{name}", load
+
+    def good():
+        register_evaluation(Evaluation("entry-kind", get_evaluation("passkey").config, lambda *a, **k: [], module="pkg.good"))
+
+    def bad():
+        raise ImportError("no module named pkg.bad")
+
+    seen = []
+    monkeypatch.setattr(metadata, "entry_points", lambda group: seen.append(group) or [Point("good", good)])
+    try:
+        load_entry_points(again=True)
+        assert seen == ["memzoo.evaluations"] and "entry-kind" in evaluations()
+    finally:
+        unregister_evaluation("entry-kind")
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [Point("bad", bad)])
+    with pytest.raises(ConfigError, match="entry point 'bad' \\(pkg.bad\\) failed to import: ImportError"):
+        load_entry_points(again=True)

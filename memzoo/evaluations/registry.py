@@ -2,7 +2,9 @@
 with its options (a dataclass), its run function, how its rows become columns of a suite's results
 table, and its `memzoo` command. A suite's `longrange:` entries, the results table and the CLI all
 read this registry, so a new evaluation is one module that calls `register_evaluation` plus its
-name in BUILT_IN (or in a suite's `imports:` for one outside memzoo); docs/evaluations.md shows how.
+name in BUILT_IN (outside memzoo: a suite's `imports:`, `memzoo --import FILE`, or an installed
+package's `memzoo.evaluations` entry point); its report section and figure come with its registration.
+docs/evaluations.md shows how.
 """
 from __future__ import annotations
 
@@ -37,6 +39,15 @@ class Command:
 
 
 @dataclass(frozen=True)
+class Figure:
+    """An evaluation's figure in a suite's report: `draw(results) -> matplotlib Figure` (None when the
+    table holds nothing to draw), saved as NAME.png under `caption`."""
+
+    caption: str
+    draw: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """One kind of evaluation. `run(run_dir, cfg, resume=True, progress=True)` measures a trained run
     folder, keeps its rows there (and under `name` in result.json) and returns them; `columns(row)`
@@ -49,6 +60,10 @@ class Evaluation:
     command: Optional[Command] = None
     columns: Optional[Callable[[Row], None]] = None
     in_suite: bool = True  # whether a suite's `longrange:` list may name it (lm runs at the end of training)
+    # Its report: `section(results) -> [(heading, table), ...]` from a suite's results DataFrame (None:
+    # one generic section of its rows per run), and its figure (None: no figure).
+    section: Optional[Callable[[Any], list[tuple[str, Any]]]] = None
+    figure: Optional[Figure] = None
     module: str = field(default="", compare=False)
 
     def table_columns(self, row: Row) -> None:
@@ -77,10 +92,32 @@ def unregister_evaluation(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+ENTRY_POINT_GROUP = "memzoo.evaluations"  # installed packages declare their kinds' modules here
+_LOADED_ENTRY_POINTS: list[bool] = []
+
+
+def load_entry_points(again: bool = False) -> None:
+    """Import every module an installed package declares under ENTRY_POINT_GROUP (once per process, or
+    `again`), so its kinds register, their commands included; one that fails to import is an error naming it."""
+    if _LOADED_ENTRY_POINTS and not again:
+        return
+    from importlib import metadata
+
+    _LOADED_ENTRY_POINTS.append(True)
+    for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            point.load()
+        except Exception as err:  # a broken plugin package: say which, do not hide it
+            raise ConfigError(f"the {ENTRY_POINT_GROUP} entry point {point.name!r} ({point.value}) failed to import: "
+                              f"{type(err).__name__}: {err}") from err
+
+
 def evaluations() -> dict[str, Evaluation]:
-    """Every registered kind by name (memzoo's own first, in BUILT_IN's order)."""
+    """Every registered kind by name (memzoo's own first, in BUILT_IN's order, then installed packages'
+    and notebooks' in the order they registered)."""
     for module in BUILT_IN:
         importlib.import_module(module)
+    load_entry_points()
     rank = {module: i for i, module in enumerate(BUILT_IN)}  # stable: then in the order they registered
     return dict(sorted(_REGISTRY.items(), key=lambda item: rank.get(item[1].module, len(rank))))
 

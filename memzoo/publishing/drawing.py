@@ -11,6 +11,7 @@ from memzoo.analysis import (bpb_by_segment, capacity_curves, cost_per_method, c
 from memzoo.analysis.babilong import babilong_curves, is_babilong_table
 from memzoo.analysis.distance import distance_curves, is_distance_table
 from memzoo.analysis.longrange import answer_loss_curves, passkey_length_curves
+from memzoo.evaluations.registry import evaluations
 CAPTIONS = {
     "gain": "Headline: state (numbers per sequence, log) against the difference from local in valid bits per byte, "
             "paired by seed (95% t interval; below 0 the memory buys something)",
@@ -83,4 +84,14 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
     axes = cost_vs_length(df)
     if axes is not None:
         save_figure(axes[0].figure, paths.setdefault("length_cost", out / "cost_vs_length.png"))
+    for name, evaluation in evaluations().items():  # each registered kind's own figure, where it has rows
+        if evaluation.figure is not None and f"{name}_json" in df.columns:
+            fig = evaluation.figure.draw(df)
+            if fig is not None:
+                save_figure(fig, paths.setdefault(name, out / f"{name}.png"))
     return paths
+
+
+def caption(key: str) -> str:
+    """A report figure's caption: the standard figures', or the registered evaluation's that drew it."""
+    return CAPTIONS[key] if key in CAPTIONS else evaluations()[key].figure.caption

@@ -20,7 +20,7 @@ from memzoo.analysis.longrange import (PASSKEY_INTERVAL, accuracy_by_key_segment
 from memzoo.analysis.stats import BOOTSTRAP, INTERVAL, PAIRED_TEST, UNPAIRED_TEST
 from memzoo.conformance.catalog import rounding_sensitive
 from memzoo.publishing.cells import display, table_md
-from memzoo.publishing.drawing import CAPTIONS, draw_figures, has_columns
+from memzoo.publishing.drawing import caption, draw_figures, has_columns
 from memzoo.publishing.sections import (ablation_display, capacity_display, distance_sections, gain_display,
                                         headroom_display, passkey_summary, registered_sections, streaming_cost,
                                         summary_display)
@@ -133,7 +133,7 @@ def write_report(results_dir: str | Path, figures: bool = True) -> tuple[Path, P
     for heading, shown in sections:
         md += [f"## {heading}", "", table_md(shown), ""]
     for key, path in figures.items():
-        md += [f"## {CAPTIONS[key]}", "", f"![{key}]({path.name})", ""]
+        md += [f"## {caption(key)}", "", f"![{key}]({path.name})", ""]
     md_path = root / "report.md"
     md_path.write_text("\n".join(md))
 
@@ -145,7 +145,7 @@ def write_report(results_dir: str | Path, figures: bool = True) -> tuple[Path, P
         parts += [f"<h2>{html.escape(heading)}</h2>", shown.to_html(index=False)]
     for key, path in figures.items():
         data = base64.b64encode(path.read_bytes()).decode("ascii")
-        parts += [f"<h2>{html.escape(CAPTIONS[key])}</h2>", f"<img alt='{key}' src='data:image/png;base64,{data}'>"]
+        parts += [f"<h2>{html.escape(caption(key))}</h2>", f"<img alt='{key}' src='data:image/png;base64,{data}'>"]
     parts.append("</body></html>")
     html_path = root / "report.html"
     html_path.write_text("\n".join(parts))

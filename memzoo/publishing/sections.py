@@ -139,12 +139,16 @@ OWN_SECTIONS = ("lm", "passkey", "recall", "distance", "babilong")
 
 
 def registered_sections(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """A section for each registered evaluation (memzoo.evaluations.registry) with rows in the table
-    and no section of its own here: its rows per run, as measured."""
+    """The sections of each registered evaluation (memzoo.evaluations.registry) with rows in the table and
+    no section of its own here: the kind's own `section` where it declares one, else its rows per run."""
     sections = []
-    for name in evaluations():
-        if name not in OWN_SECTIONS and f"{name}_json" in df.columns:
-            table = longrange_table(df, name, reset=None)
-            if not table.empty:
-                sections.append((f"Evaluation {name}: its rows per run", display(table)))
+    for name, evaluation in evaluations().items():
+        if name in OWN_SECTIONS or f"{name}_json" not in df.columns:
+            continue
+        if evaluation.section is not None:
+            sections += [(heading, display(table)) for heading, table in evaluation.section(df)]
+            continue
+        table = longrange_table(df, name, reset=None)
+        if not table.empty:
+            sections.append((f"Evaluation {name}: its rows per run", display(table)))
     return sections

@@ -17,6 +17,7 @@ from memzoo.analysis.beyond_window import window_summary
 from memzoo.analysis.distance import common_gaps_only
 from memzoo.analysis.recipes import CEILING, NO_HEADROOM
 from memzoo.analysis.stats import REFERENCE
+from memzoo.publishing.references import load_references
 
 MINUS = "−"
 DISTANCE_GAPS = (8, 16, 64, 256, 1024, 4096)  # the gaps the distance table shows (segments)
@@ -168,11 +169,26 @@ def ratio_cell(row: pd.Series, name: str) -> str:
     return f"{value:.2f} ({status})".replace("-", MINUS) if value is not None and value == value else str(status)
 
 
+def with_ceiling(rows: pd.DataFrame, source: str = "lm-stream") -> pd.DataFrame:
+    """The window suite's rows with `full`'s: its own where it has them, else `source`'s shipped rows at
+    the same seeds (full opts out of the window, so its run there is the same computation; marked in
+    `ceiling_from`), given the rows' span so that they compare with the window floor."""
+    if (rows["method"] == CEILING).any() or rows.empty:
+        return rows.assign(ceiling_from="own")
+    full = load_references(source)
+    full = full[(full["method"] == CEILING) & full["seed"].isin(rows["seed"].unique())]
+    span = int(rows["attention_span"].iloc[0])
+    return pd.concat([rows.assign(ceiling_from="own"), full.assign(attention_span=span, ceiling_from=source)],
+                     ignore_index=True)
+
+
 def lm_window_table(rows: pd.DataFrame) -> str:
     """What a memory carries beyond the window: per variant, its memory's state, the paired difference
     from the window floor on segments >= 1 (`*`: after Holm) and on beyond-window copyable bytes (bytes
     whose 9-gram occurred earlier only beyond the window), what the memory buys (its state forgotten
     before every segment, the window kept), and headroom recovered raw and segment-0-corrected."""
+    rows = with_ceiling(rows)
+    borrowed = rows.loc[rows["method"] == CEILING, "ceiling_from"].iloc[0] if (rows["method"] == CEILING).any() else "own"
     out = []
     for _, r in window_summary(rows).iterrows():
         floor = r["method"] == REFERENCE
@@ -185,7 +201,10 @@ def lm_window_table(rows: pd.DataFrame) -> str:
             head = "0 (floor)" if floor else f"1 (ceiling); segment 0 {interval(r['seg0'], r['seg0_ci'], sign=True)}"
         else:
             head = f"{ratio_cell(r, 'headroom')}; corrected {ratio_cell(r, 'headroom_corrected')}"
-        out.append([f"`{r['variant']}`", ", ".join(map(str, r["seeds"])), f"{r['state']:,}", after, beyond, buys, head])
+        name = f"`{r['variant']}`" + (f" ({borrowed}'s rows)" if ceiling and borrowed != "own" else "")
+        if ceiling and borrowed != "own":
+            beyond = "not measured"
+        out.append([name, ", ".join(map(str, r["seeds"])), f"{r['state']:,}", after, beyond, buys, head])
     return markdown(["method", "seeds", "memory's state numbers", "vs window floor, segments ≥ 1",
                      "vs window floor, beyond-window copyable", "memory buys (forgotten − read)",
                      "headroom recovered (raw; segment-0-corrected)"], out, right=[2])
