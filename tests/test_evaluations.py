@@ -173,3 +173,22 @@ def test_an_installed_packages_kind_registers_through_its_entry_point(monkeypatc
     monkeypatch.setattr(metadata, "entry_points", lambda group: [Point("bad", bad)])
     with pytest.raises(ConfigError, match="entry point 'bad' \\(pkg.bad\\) failed to import: ImportError"):
         load_entry_points(again=True)
+
+
+def test_the_registry_names_the_evaluation_that_ends_training() -> None:
+    """Recall across segments ends with capacity, any other run with lm; two kinds claiming one run is an error."""
+    from omegaconf import OmegaConf
+
+    from memzoo.evaluations.registry import end_of_training
+
+    recall = OmegaConf.create({"task": {"name": "recall", "gap_segments": 2}})
+    assert end_of_training(recall).name == "capacity"
+    assert end_of_training(OmegaConf.create({"task": {"name": "recall", "gap_segments": 0}})).name == "lm"
+    assert end_of_training(OmegaConf.create({"task": {"name": "lm", "gap_segments": 0}})).name == "lm"
+    register_evaluation(Evaluation("greedy", get_evaluation("passkey").config, lambda *a, **k: [], module="x",
+                                   ends_training=lambda cfg: True, finish=lambda *a: {}))
+    try:
+        with pytest.raises(ConfigError, match="all claim to end this run's training"):
+            end_of_training(recall)
+    finally:
+        unregister_evaluation("greedy")

@@ -21,7 +21,9 @@ backbone's.
 """
 from __future__ import annotations
 
+import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -33,7 +35,9 @@ from memzoo.core.model import MemoryModel
 from memzoo.core.plugins import get_memory
 from memzoo.data.tasks import SegmentRecallExample, recall_chance, segment_recall_example, stale_chance
 from memzoo.runs.configure import memory_config
-from memzoo.evaluations.run_result import gate_values, measure_footprint, peak_rss_mb, precision_columns
+from memzoo.evaluations.registry import Command, Evaluation, register_evaluation
+from memzoo.evaluations.run_result import gate_values, measure_footprint, peak_rss_mb, precision_columns, write_row
+from memzoo.runs.checkpoints import load_run
 
 EVAL_SEED_OFFSET = 7_919_000_003  # held-out examples: a generator no training step uses
 
@@ -163,7 +167,45 @@ def write_capacity_result(run_dir: Path, cfg: DictConfig, model: MemoryModel,
         "train_tokens_per_s": sum(tps) / len(tps) if tps else None, "peak_rss_mb": peak_rss_mb(),
         **precision_columns(cfg, model), "gates": gate_values(model),
     }
-    tmp = run_dir / "result.json.tmp"
-    tmp.write_text(json.dumps(row, indent=1))
-    tmp.replace(run_dir / "result.json")
-    return row
+    return write_row(run_dir, row)
+
+
+def is_capacity_run(cfg: DictConfig) -> bool:
+    """Recall across segments (task recall with a gap): scored by recall, not bits per byte."""
+    return cfg.task.name == "recall" and bool(cfg.task.gap_segments)
+
+
+@dataclass
+class CapacityConfig:
+    """`memzoo capacity RUN_DIR`: a recall-across-segments run scored again (examples: None, the run's
+    eval.recall_examples)."""
+
+    task: str = "capacity"
+    examples: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.examples is not None and self.examples < 1:
+            raise ValueError(f"capacity examples={self.examples}; expected >= 1")
+
+
+def capacity_folder(run_dir: str | Path, cfg: CapacityConfig, resume: bool = True, progress: bool = True) -> list[dict]:
+    """The run's result.json row after scoring its trained model on recall across segments."""
+    run_cfg, model = load_run(run_dir, device=None)
+    return [write_capacity_result(Path(run_dir), run_cfg, model, examples=cfg.examples)]
+
+
+def _arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("run_dir")
+    s.add_argument("--examples", type=int, default=None, help="examples to score (default: the run's eval.recall_examples)")
+    s.add_argument("--json", action="store_true")
+
+
+register_evaluation(Evaluation(
+    "capacity", CapacityConfig, capacity_folder,
+    Command("score a recall-across-segments run (the capacity suite's evaluation)", _arguments,
+            lambda args: {"examples": args.examples},
+            lambda row: {"method": row["method"], "accuracy": f"{row['recall_accuracy']:.3f}",
+                         "reset": f"{row['recall_accuracy_reset']:.3f}", "chance": f"{row['recall_chance']:.3f}"},
+            ["method", "accuracy", "reset", "chance"], ""),
+    in_suite=False, ends_training=is_capacity_run,
+    finish=lambda run_dir, cfg, model, progress=True: write_capacity_result(run_dir, cfg, model)))

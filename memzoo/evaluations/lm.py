@@ -221,10 +221,15 @@ def _arguments(s: argparse.ArgumentParser) -> None:
                    help="the memory ablation: reset the state before every segment (result.json gets SPLIT_bpb_reset)")
 
 
+def finish_training(run_dir: Path, cfg: DictConfig, model: MemoryModel, progress: bool = True) -> dict[str, Any]:
+    """The run's row when its training ends: its own split evaluated, written into result.json."""
+    return write_result(run_dir, cfg, model, evaluate_run(cfg, model, progress=progress))
+
+
 register_evaluation(Evaluation(
     "lm", LmEvalConfig, evaluate_folder,
     Command("evaluate a run folder", _arguments, lambda args: {"split": args.split, "reset_memory": args.reset_memory}, dict, [], "",
             print_rows=_print_rows, name="eval"),
-    columns=table_columns, in_suite=False))
+    columns=table_columns, in_suite=False, finish=finish_training))
 
 register_evaluation(Evaluation("memory-ablation", MemoryAblationConfig, ablate_folder))

@@ -18,7 +18,8 @@ from typing import Any, Callable, Optional
 from memzoo.core.config import ConfigError
 
 # The modules of memzoo's own evaluations, imported on first use of the registry (the registry line).
-BUILT_IN = ("memzoo.evaluations.lm", "memzoo.evaluations.longrange", "memzoo.evaluations.distance", "memzoo.evaluations.babilong")
+BUILT_IN = ("memzoo.evaluations.lm", "memzoo.evaluations.longrange", "memzoo.evaluations.distance", "memzoo.evaluations.babilong",
+            "memzoo.evaluations.capacity")
 
 Row = dict[str, Any]
 
@@ -64,6 +65,11 @@ class Evaluation:
     # one generic section of its rows per run), and its figure (None: no figure).
     section: Optional[Callable[[Any], list[tuple[str, Any]]]] = None
     figure: Optional[Figure] = None
+    # The evaluation that ends training, for the runs `ends_training(cfg)` is true of: `finish(run_dir,
+    # cfg, model, progress) -> the run's result.json row`. Training asks the registry (end_of_training),
+    # so a task scored by something other than bits per byte needs no branch in the training loop.
+    ends_training: Optional[Callable[[Any], bool]] = None
+    finish: Optional[Callable[..., Row]] = None
     module: str = field(default="", compare=False)
 
     def table_columns(self, row: Row) -> None:
@@ -120,6 +126,16 @@ def evaluations() -> dict[str, Evaluation]:
     load_entry_points()
     rank = {module: i for i, module in enumerate(BUILT_IN)}  # stable: then in the order they registered
     return dict(sorted(_REGISTRY.items(), key=lambda item: rank.get(item[1].module, len(rank))))
+
+
+def end_of_training(cfg: Any) -> Evaluation:
+    """The kind that evaluates a run when its training ends: the one whose `ends_training(cfg)` holds
+    (capacity for recall across segments), else `lm`, which claims every other run."""
+    known = evaluations()
+    claims = [e for e in known.values() if e.finish is not None and e.ends_training is not None and e.ends_training(cfg)]
+    if len(claims) > 1:
+        raise ConfigError(f"kinds {[e.name for e in claims]} all claim to end this run's training; one must")
+    return claims[0] if claims else known["lm"]
 
 
 def get_evaluation(name: str) -> Evaluation:

@@ -24,13 +24,13 @@ from memzoo.core.model import MemoryModel
 from memzoo.data.corpus import Batch, StreamSampler, WindowSampler, load_documents, split_documents
 from memzoo.data.tasks import TaskSampler
 from memzoo.runs import distributed as dist
-from memzoo.evaluations.capacity import write_capacity_result
 from memzoo.training.backbones import is_shipped, load_shipped_backbone
 from memzoo.runs.checkpoints import (carried_state, load_backbone, load_checkpoint, load_run_weights, restore_rng_states,
                                         rng_states, save_checkpoint)
 from memzoo.runs.configure import build_model, run_device, saved_run_config
 from memzoo.evaluations.lm import evaluate_run
-from memzoo.evaluations.run_result import gate_values, precision_columns, write_result
+from memzoo.evaluations.registry import end_of_training
+from memzoo.evaluations.run_result import gate_values, precision_columns
 from memzoo.training.mixing import corpus_batches, mixed_window
 from memzoo.runs.tracking import check_tracker, gate_scalars, make_tracker
 from memzoo.training.windows import WindowResult, train_window
@@ -223,10 +223,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     try:
         if rank.is_main:
             save_checkpoint(run_dir, model, optimizer, step, carried=carried, device=device)
-            if evaluate_at_end and cfg.task.name == "recall" and cfg.task.gap_segments:
-                row = write_capacity_result(run_dir, cfg, model)  # recall across segments is scored by recall, not bpb
-            elif evaluate_at_end:
-                row = write_result(run_dir, cfg, model, evaluate_run(cfg, model, progress=progress))
+            if evaluate_at_end:  # the kind the registry names for this run (capacity for recall across segments)
+                row = end_of_training(cfg).finish(run_dir, cfg, model, progress)
             else:
                 row = {"gates": gate_values(model)}
             tracker.summary(step, summary_scalars(row))
