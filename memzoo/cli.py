@@ -337,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     _device_option(s)
     s.set_defaults(fn=cmd_generate)
 
-    s = sub.add_parser("references", help="the shipped reference rows of the built-in methods (lm-stream, lm-stream-sotu, quick, capacity-top, distance)")
+    s = sub.add_parser("references", help="the shipped reference rows of the built-in methods (memzoo.publishing.references.SHIPPED_SUITES)")
     s.add_argument("suite", nargs="?", default=None, help="one suite's rows in full (default: a summary of all)")
     s.add_argument("--freeze", metavar="RESULTS_DIR", default=None,
                    help="(maintainers) ship the rows of a finished suite folder whose configs match the suite")

@@ -94,7 +94,7 @@ def test_gate_heatmaps_draw_one_panel_per_method_and_memory_size() -> None:
     count: 4 or 2 heads); each size gets its own panel with its own heads, never a mixed grid."""
     import pandas as pd
 
-    from memzoo.analysis.recipes import gate_heatmaps, gate_table
+    from memzoo.analysis.gates import gate_heatmaps, gate_table
 
     rows = []
     for state, heads in ((2176, 4), (4224, 2)):

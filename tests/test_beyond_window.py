@@ -70,3 +70,10 @@ def test_spans_are_never_mixed_and_the_floor_is_named() -> None:
     assert floor_name(rows()) == "window floor (local, W = 128)" and floor_name(rows(0)) == "local"
     with pytest.raises(ValueError, match=r"attention_span \[0, 128\] mixed"):
         one_span(pd.concat([rows(0), rows(128)]))
+
+
+def test_a_ceiling_above_the_floor_leaves_no_headroom() -> None:
+    """full worse than the floor on segments >= 1 at every seed: no headroom to recover, raw or corrected."""
+    table = headroom_table(rows(full=([0.05, 0.04, 0.06], [0.05, 0.06, 0.07]))).set_index("variant")
+    assert table.loc["m", "headroom_status"] == "no headroom (full above local)" and table.loc["m", "headroom"] is None
+    assert table.loc["m", "headroom_corrected_status"] == "no headroom (full above local)"

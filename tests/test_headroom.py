@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from memzoo.analysis.recipes import headroom_recovered
+from memzoo.analysis.bpb import headroom_recovered
 from memzoo.analysis.stats import ratio_interval
 
 T_975_2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)  # Student's t at 97.5% with 2 degrees of freedom: (2p - 1) / sqrt(2p(1 - p))
@@ -85,7 +85,7 @@ def test_no_full_runs_means_no_headroom_table() -> None:
 def test_range_differences_by_hand_per_range_and_training_step() -> None:
     """Token-weighted bits per byte over each named range of segments, and the paired difference from
     local at the same training step (not another step's local)."""
-    from memzoo.analysis.recipes import range_differences
+    from memzoo.analysis.bpb import range_differences
 
     rows = []
     for step, shift in ((100, 0.0), (200, -1.0)):  # at step 200 everything is 1 lower: local too
@@ -106,7 +106,7 @@ def test_range_differences_by_hand_per_range_and_training_step() -> None:
 
 
 def test_memory_ablation_by_hand_is_the_reset_minus_the_read_per_seed() -> None:
-    from memzoo.analysis.recipes import memory_ablation
+    from memzoo.analysis.bpb import memory_ablation
 
     rows = []
     for seed, (read, reset) in enumerate([([4.0, 2.0, 3.0], [4.0, 2.5, 3.5]), ([4.0, 2.2, 3.0], [4.0, 2.5, 3.5])]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from memzoo.analysis.recipes import headroom_recovered, range_differences
+from memzoo.analysis.bpb import headroom_recovered, range_differences
 
 import memzoo.publishing.curves as curve
 

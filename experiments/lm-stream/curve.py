@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from memzoo.analysis.recipes import headroom_recovered, load_results, memory_ablation, range_differences
+from memzoo.analysis.bpb import headroom_recovered, memory_ablation, range_differences
+from memzoo.analysis.results import load_results
 from memzoo.publishing.curves import RANGES, common_step, curve_rows, curve_table, step_table
 
 

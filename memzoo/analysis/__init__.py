@@ -9,30 +9,13 @@ seeds (Welch's where no seed is shared); memzoo.analysis.stats states them.
 """
 from memzoo.analysis.capacity import (best_lr, capacity_curves, capacity_table, capacity_thresholds,
                                       is_capacity_table, pareto_front)
-from memzoo.analysis.recipes import (
-    bpb_by_segment,
-    cost_vs_length,
-    cost_per_method,
-    footprint_vs_bpb,
-    footprint_vs_gain,
-    gain_by_segment,
-    headroom_recovered,
-    memory_ablation,
-    memory_vs_state,
-    range_differences,
-    memory_gain,
-    pairing_gain,
-    segment_differences,
-    gate_heatmaps,
-    gate_table,
-    variant_labels,
-    length_cost_table,
-    load_results,
-    long_by_segment,
-    longrange_table,
-    passkey_heatmaps,
-    summary_table,
-)
+from memzoo.analysis.bpb import (headroom_recovered, memory_ablation, memory_gain, pairing_gain, range_differences,
+                                 segment_differences, summary_table)
+from memzoo.analysis.bpb_figures import (bpb_by_segment, cost_per_method, footprint_vs_bpb, footprint_vs_gain,
+                                         gain_by_segment, memory_vs_state)
+from memzoo.analysis.gates import gate_heatmaps, gate_table
+from memzoo.analysis.passkey import cost_vs_length, length_cost_table, longrange_table, passkey_heatmaps
+from memzoo.analysis.results import load_results, long_by_segment, variant_labels
 from memzoo.analysis.longrange import (accuracy_by_key_segment, answer_loss_curves, answer_loss_table, gate_summary,
                                        lm_before_after, passkey_by_length, passkey_length_curves,
                                        recall_generalisation)

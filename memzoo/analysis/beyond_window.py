@@ -14,8 +14,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis.recipes import bits_after, bpb_over, variant_labels
-from memzoo.analysis.stats import REFERENCE, holm, paired_differences, paired_t, per_seed, ratio_interval
+from memzoo.analysis.bpb import NO_HEADROOM
+from memzoo.analysis.results import bits_after, bpb_over, variant_labels
+from memzoo.analysis.stats import REFERENCE, RatioEstimate, holm, paired_differences, paired_t, per_seed, ratio_interval
 
 CEILING = "full"
 COPY_CLASSES = {"copy_beyond": "beyond-window copyable", "copy_within": "within-window copyable",
@@ -65,8 +66,9 @@ def doc_differences(rows: pd.DataFrame, floor: pd.DataFrame, key: str) -> tuple[
     seeds = sorted(set(mine) & set(ref))
     if not seeds:
         return float("nan"), float("nan"), 0
-    diff = np.nanmean(np.stack([mine[s] - ref[s] for s in seeds]), axis=0)  # [docs]
-    diff = diff[~np.isnan(diff)]
+    stacked = np.stack([mine[s] - ref[s] for s in seeds])  # [seeds, docs]
+    counted = ~np.isnan(stacked)
+    diff = np.where(counted, stacked, 0).sum(0)[counted.any(0)] / counted.sum(0)[counted.any(0)]  # [docs with bytes]
     mean, half, _ = paired_t(diff)
     return mean, half, len(diff)
 
@@ -141,6 +143,8 @@ def headroom_table(df: pd.DataFrame) -> pd.DataFrame:
         row = {"variant": variant, "method": sub["method"].iloc[0], "runs": len(sub)}
         for name, g, h in (("headroom", gain, gap), ("headroom_corrected", gain0, gap0)):
             est = ratio_interval(g[seeds].to_numpy(), h[seeds].to_numpy()) if len(seeds) else None
+            if est is not None and est.status != "undefined" and float(h[seeds].mean()) < 0:
+                est = RatioEstimate(None, None, None, NO_HEADROOM)  # full above the floor: nothing to recover
             row |= {name: None if est is None else est.value, f"{name}_lo": None if est is None else est.low,
                     f"{name}_hi": None if est is None else est.high, f"{name}_status": "none" if est is None else est.status}
         rows.append(row)

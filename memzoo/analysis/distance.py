@@ -5,7 +5,7 @@ segments (memzoo.evaluations.distance).
 A distance table is a results table whose runs carry `distance_json`: per run, one row per (gap,
 reset) with `recall_accuracy`, `recall_chance`, with rewrites `recall_stale` and
 `recall_stale_chance`, the hits per example, and `trained_gap` (the largest gap the run trained
-on). Runs are told apart by `variant` (memzoo.analysis.recipes.variant_labels: the method, and the
+on). Runs are told apart by `variant` (memzoo.analysis.results.variant_labels: the method, and the
 grid values that differ between its runs, e.g. Infini's two normalisers). Means and intervals are
 over seeds (memzoo.analysis.stats: Student's t, 95%); differences between two variants are paired
 by seed, with the per-example paired bootstrap beside them (every run at a gap is scored on the
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from memzoo.analysis.palette import legend_order, style, variant_lines
-from memzoo.analysis.recipes import variant_labels
+from memzoo.analysis.results import variant_labels
 from memzoo.analysis.stats import bootstrap_versus, paired_differences, paired_t, per_seed, t_halfwidth
 
 COLUMNS = ["method", "variant", "seed", "rewrites", "trained_gap", "gap_segments", "reset_after_pairs", "status",

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from memzoo.analysis.palette import ordered_legend, style as style_of
-from memzoo.analysis.recipes import length_label, longrange_table
+from memzoo.analysis.passkey import length_label, longrange_table
 from memzoo.analysis.stats import wilson_interval
 
 PASSKEY_INTERVAL = "95% Wilson score interval over the pooled keys (all depths, trials and seeds of a length)"

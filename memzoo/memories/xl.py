@@ -69,6 +69,8 @@ class TransformerXL(LayerMemory):
     """Attention over [stop-gradient memory of the last mem_len positions; segment], per layer."""
 
     gradient_through_state = False  # the cache is SG(·) by definition
+    # folders saved before the option: no window, where beyond_window changes nothing (hashed as absent)
+    legacy_options = {"beyond_window": True}
 
     def __init__(self, cfg: XLConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)

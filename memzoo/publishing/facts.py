@@ -55,11 +55,50 @@ def bpb_facts(rows: pd.DataFrame) -> dict[str, str]:
     return out
 
 
+def slug(variant: str) -> str:
+    """A variant label as a fact name's part: "xl mem_len=33" -> "xl_mem_len-33"."""
+    return variant.replace(" ", "_").replace("=", "-").replace(",", "")
+
+
+def window_facts(rows: pd.DataFrame) -> dict[str, str]:
+    """VARIANT.QUANTITY for the window suite (its table's numbers: after, seg0, beyond, buys, headroom,
+    headroom_corrected, each with _mean where it has an interval), `ceiling.seg0` (full - floor at
+    segment 0), `ceiling.holds` and `floor.vs_block_local` (the window floor against lm-stream's `local`
+    on segments >= 1, paired by seed: what the window alone buys)."""
+    from memzoo.analysis.beyond_window import ceiling_check, seed_gains, window_summary
+    from memzoo.analysis.stats import paired_differences, paired_t, per_seed
+    from memzoo.publishing.tables import ratio_cell, with_ceiling
+
+    rows = with_ceiling(rows)
+    out: dict[str, str] = {}
+    for _, r in window_summary(rows).iterrows():
+        name = slug(r["variant"])
+        if r["method"] == REFERENCE:
+            continue
+        for q in ("after", "seg0", "beyond", "buys"):
+            if q in r and r[q] == r[q]:
+                out[f"{name}.{q}"], out[f"{name}.{q}_mean"] = quantities(r[q], r[f"{q}_ci"])
+        out[f"{name}.sig_after"] = "after Holm" if r["sig_after"] else "not after Holm"
+        for q in ("headroom", "headroom_corrected"):
+            if f"{q}_status" in r:
+                out[f"{name}.{q}"] = ratio_cell(r, q)
+    check = ceiling_check(rows)
+    out["ceiling.seg0"] = interval(check["full_seg0_vs_floor"], check["full_seg0_ci"], sign=True)
+    out["ceiling.holds"] = "holds" if check["holds"] else "does not hold"
+    block = load_references("lm-stream")
+    block = seed_gains(block[block["method"] == REFERENCE])
+    floor = seed_gains(rows[rows["method"] == REFERENCE])
+    d = paired_differences(per_seed(floor["after"], floor["seed"]), per_seed(block["after"], block["seed"]))
+    out["floor.vs_block_local"], out["floor.vs_block_local_mean"] = quantities(*paired_t(d)[:2])
+    return out
+
+
 # suite -> the function that gives its facts
 FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {
     "lm-stream": bpb_facts,
     "lm-stream-sotu": bpb_facts,
     "lm-stream-gpu": bpb_facts,
+    "lm-window": window_facts,
 }
 
 

@@ -101,13 +101,16 @@ FIGURES: dict[str, str] = {
     "quick/bpb_by_segment.png": "quick", "quick/cost.png": "quick", "quick/gates.png": "quick",
     "capacity/capacity.png": "capacity-top", "distance/distance.png": "distance",
     "lm-stream/memory_vs_state.png": "lm-stream", "lm-stream-gpu/memory_vs_state.png": "lm-stream-gpu",
+    "lm-window/beyond_window.png": "lm-window",
 }
 
 
 def _draws() -> dict[str, Callable]:
     """docs-relative path -> (rows -> matplotlib figure)."""
     from memzoo import analysis as a
+    from memzoo.analysis.beyond_window import beyond_window_figure
     from memzoo.analysis.distance import common_gaps_only
+    from memzoo.publishing.tables import with_ceiling
 
     return {
         "quick/footprint_vs_gain.png": _quick(a.footprint_vs_gain),
@@ -120,6 +123,7 @@ def _draws() -> dict[str, Callable]:
         "distance/distance.png": lambda rows: a.distance_curves(common_gaps_only(rows)),
         "lm-stream/memory_vs_state.png": _quick(a.memory_vs_state),
         "lm-stream-gpu/memory_vs_state.png": _quick(a.memory_vs_state),
+        "lm-window/beyond_window.png": lambda rows: beyond_window_figure(with_ceiling(rows)),
     }
 
 

@@ -18,7 +18,7 @@ from typing import Optional
 
 import pandas as pd
 
-from memzoo.analysis.recipes import bpb_over, variant_labels
+from memzoo.analysis.results import bpb_over, variant_labels
 from memzoo.analysis.stats import compare_groups
 from memzoo.core.config import ConfigError
 from memzoo.suites.compare import load_suite, run_suite
@@ -29,6 +29,7 @@ from memzoo.publishing.report import write_report
 # What each suite is scored on, and which way is better. In `distance` every memory is at about 1.0
 # at the gaps it was trained on, so it is ranked on what it carries past them (recall_past_training).
 METRICS: dict[str, tuple[str, bool]] = {
+    "lm-window": ("bpb_after_segment_0", False),  # the same, on the backbone's sliding window: beyond it
     "lm-stream": ("bpb_after_segment_0", False),  # where a memory can have been read
     "lm-stream-sotu": ("bpb_after_segment_0", False),  # the same, on the second corpus (English prose)
     "lm-stream-gpu": ("bpb_after_segment_0", False),  # the same at 8x the bytes, on a CUDA device

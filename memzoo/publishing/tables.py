@@ -15,7 +15,7 @@ from memzoo.analysis import (capacity_table, distance_reach, distance_summary, h
                              memory_gain, summary_table, variant_labels)
 from memzoo.analysis.beyond_window import window_summary
 from memzoo.analysis.distance import common_gaps_only
-from memzoo.analysis.recipes import CEILING, NO_HEADROOM
+from memzoo.analysis.bpb import CEILING, NO_HEADROOM
 from memzoo.analysis.stats import REFERENCE
 from memzoo.publishing.references import load_references
 
@@ -163,6 +163,8 @@ def distance_reach_md(rows: pd.DataFrame) -> str:
 def ratio_cell(row: pd.Series, name: str) -> str:
     """A headroom estimate as "0.50 [0.41, 0.62]", or its status where the interval is not bounded."""
     status = row.get(f"{name}_status")
+    if status == NO_HEADROOM:
+        return "none: full above the floor"
     if status == "bounded":
         return f"{row[name]:.2f} [{row[f'{name}_lo']:.2f}, {row[f'{name}_hi']:.2f}]".replace("-", MINUS)
     value = row.get(name)
@@ -213,6 +215,7 @@ def lm_window_table(rows: pd.DataFrame) -> str:
 # generated-block name -> (shipped suite, the function that writes its table)
 TABLES: dict[str, tuple[str, Callable[[pd.DataFrame], str]]] = {
     "quick-table": ("quick", quick_table),
+    "lm-window-table": ("lm-window", lm_window_table),
     "lm-stream-table": ("lm-stream", lm_stream_table),
     "lm-stream-sotu-table": ("lm-stream-sotu", lm_stream_table),
     "lm-stream-gpu-table": ("lm-stream-gpu", lm_stream_table),
