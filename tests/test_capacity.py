@@ -12,7 +12,8 @@ import torch
 from torch import Tensor, nn
 
 from memzoo.core.config import ModelConfig
-from memzoo.data.tasks import KEY_BASE, VALUE_BASE, TaskSampler, recall_chance, segment_recall_example
+from memzoo.data.recall import KEY_BASE, VALUE_BASE, recall_chance, segment_recall_example
+from memzoo.data.tasks import TaskSampler
 from memzoo.evaluations.capacity import accuracy, capacity_metrics, predict_scored, recall_examples, within_positions
 from memzoo.runs.configure import load_config
 from memzoo.suites.compare import load_suite, run_suite

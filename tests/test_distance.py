@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from conftest import Killed, spy_train
 from memzoo.core.config import ModelConfig
-from memzoo.data.tasks import KEY_BASE, VALUE_BASE, segment_recall_batch, stale_chance
+from memzoo.data.recall import KEY_BASE, VALUE_BASE, segment_recall_batch, stale_chance
 from memzoo.runs.checkpoints import load_checkpoint
 from memzoo.training.curriculum import config_hash
 import memzoo.evaluations.distance

@@ -188,7 +188,7 @@ class OracleDecoder:
         self.history = [bytearray() for _ in range(batch_size)]
 
     def feed(self, tokens, return_logits=False):
-        from memzoo.data.tasks import KEY_BASE, VALUE_BASE
+        from memzoo.data.recall import KEY_BASE, VALUE_BASE
 
         logits = torch.full((*tokens.shape, 256), -1.0)
         for b, row in enumerate(tokens.tolist()):

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from memzoo.core.config import ConfigError, TaskConfig
-from memzoo.data.tasks import (FILLER, KEY_BASE, PREAMBLE, QUESTION, TaskSampler, VALUE_BASE, passkey_digit_scores,
-                               passkey_fixed_bytes, passkey_prompt, recall_example, score_passkey)
+from memzoo.data.passkey import FILLER, PREAMBLE, QUESTION, passkey_digit_scores, passkey_fixed_bytes, passkey_prompt, score_passkey
+from memzoo.data.recall import KEY_BASE, VALUE_BASE, recall_example
+from memzoo.data.tasks import TaskSampler
 from memzoo.runs.configure import load_config
 
 

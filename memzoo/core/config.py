@@ -162,7 +162,7 @@ class TaskConfig:
     # recall across segments, the gap curriculum (ARMT's vary_n_segments): 0 = every row at gap_segments;
     # k >= 1 = each row draws its gap uniformly in [k, gap_segments]. Every row is then rewrites +
     # gap_segments + 1 segments long: a row with a shorter gap opens with filler segments before its
-    # pairs, so its queries still fill the last segment (memzoo.data.tasks.segment_recall_batch).
+    # pairs, so its queries still fill the last segment (memzoo.data.recall.segment_recall_batch).
     min_gap_segments: int = 0
     # recall across segments: segments after the pairs' segment that give every key a new value (all P
     # keys, in a new order, each value unlike the key's earlier ones); the answer is the latest value

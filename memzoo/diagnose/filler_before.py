@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from memzoo.data.tasks import SegmentRecallExample, filler_bytes
+from memzoo.data.recall import SegmentRecallExample, filler_bytes
 from memzoo.evaluations.capacity import accuracy, predict_scored
 from memzoo.runs.checkpoints import load_trained
 from memzoo.evaluations.distance import distance_batch

@@ -22,7 +22,8 @@ import torch
 
 import memzoo.memories.infini as infini
 from memzoo.core.probe import recording
-from memzoo.data.tasks import bytes_to_tensor, passkey_prompt, random_key
+from memzoo.data.passkey import passkey_prompt, random_key
+from memzoo.data.tasks import bytes_to_tensor
 from memzoo.runs.checkpoints import load_trained
 from memzoo.evaluations.generate import StreamingDecoder
 

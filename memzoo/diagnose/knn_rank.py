@@ -19,7 +19,8 @@ import torch
 
 import memzoo.memories.memorizing as memorizing
 from memzoo.core.probe import recording
-from memzoo.data.tasks import bytes_to_tensor, passkey_prompt_back, random_key
+from memzoo.data.passkey import passkey_prompt_back, random_key
+from memzoo.data.tasks import bytes_to_tensor
 from memzoo.evaluations.generate import StreamingDecoder
 
 

@@ -12,7 +12,7 @@ Three numbers per run, on one fixed set of held-out examples:
 With rewrites (`task.rewrites` >= 1: every key given new values after its pair), the answer is
 the latest value, and two more: `recall_stale`, the share of scored queries answered with an
 earlier value of the same key, and `recall_stale_chance`, the uniform guess among the written
-values landing on one (memzoo.data.tasks.stale_chance), on the same queries.
+values landing on one (memzoo.data.recall.stale_chance), on the same queries.
 
 And one diagnostic, `recall_accuracy_within`: accuracy at the answers that are visible in their own
 segment (the local queries of segment 0, a key asked again in the query segment). Near 1 it says the
@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 from memzoo.core.config import model_config
 from memzoo.core.model import MemoryModel
 from memzoo.core.plugins import get_memory
-from memzoo.data.tasks import SegmentRecallExample, recall_chance, segment_recall_example, stale_chance
+from memzoo.data.recall import SegmentRecallExample, recall_chance, segment_recall_example, stale_chance
 from memzoo.runs.configure import memory_config
 from memzoo.evaluations.registry import Command, Evaluation, register_evaluation
 from memzoo.evaluations.run_result import gate_values, measure_footprint, peak_rss_mb, precision_columns, write_row

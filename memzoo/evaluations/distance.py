@@ -2,7 +2,7 @@
 suite's gap curriculum) evaluated with its answers exactly G segments before its queries, for gaps
 far past those it was trained on.
 
-The examples: `trials` of the run's own layout (memzoo.data.tasks.segment_recall_batch: its pairs,
+The examples: `trials` of the run's own layout (memzoo.data.recall.segment_recall_batch: its pairs,
 local queries, alphabet and rewrites as trained), the same for every gap and every run (they depend
 on `seed` alone). The pairs open segment 0, the R rewrites fill segments 1..R, filler follows. At
 gap G the queries' segment is segment R + G: every scored answer was written exactly G segments
@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from memzoo.core.model import MemoryModel
-from memzoo.data.tasks import SegmentRecallBatch, SegmentRecallExample, recall_chance, segment_recall_batch
+from memzoo.data.recall import SegmentRecallBatch, SegmentRecallExample, recall_chance, segment_recall_batch
 from memzoo.evaluations.capacity import accuracy, hits_by_example, rewrite_metrics
 from memzoo.runs.checkpoints import load_trained
 from memzoo.runs.configure import load_run_config

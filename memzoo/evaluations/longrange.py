@@ -23,8 +23,9 @@ import torch
 from tqdm.auto import tqdm
 
 from memzoo.core.model import MemoryModel
-from memzoo.data.tasks import (bytes_to_tensor, key_segment, key_segments_back, passkey_digit_scores, passkey_fixed_bytes,
-                               passkey_prompt, random_key, recall_example, score_passkey)
+from memzoo.data.passkey import key_segment, key_segments_back, passkey_digit_scores, passkey_fixed_bytes, passkey_prompt, random_key, score_passkey
+from memzoo.data.recall import recall_example
+from memzoo.data.tasks import bytes_to_tensor
 from memzoo.evaluations.registry import Command, Evaluation, add_stream_options, fmt, numbers, register_evaluation
 from memzoo.evaluations.generate import StreamingDecoder
 from memzoo.evaluations.harness import (WORKER_DIED, Meter, OutOfBudget, atomic_json, default_budget, in_process,

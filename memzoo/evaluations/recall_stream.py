@@ -1,7 +1,7 @@
 """Recall generalisation: a model trained on the capacity suite's recall across segments
 (`task.gap_segments` >= 1) streamed with its pairs `length` bytes before its queries.
 
-The layout is the run's own training layout (memzoo.data.tasks.segment_recall_batch: its pairs,
+The layout is the run's own training layout (memzoo.data.recall.segment_recall_batch: its pairs,
 local queries and alphabet open segment 0, the queries open the query segment) with
 length // segment_len segments between them, filler in between. Scored as the capacity suite
 scores: teacher-forced argmax at each key's first query; `chance` is guessing among the stored
@@ -16,7 +16,7 @@ import torch
 
 from memzoo.evaluations.generate import StreamingDecoder
 from memzoo.core.model import MemoryModel
-from memzoo.data.tasks import check_segment_recall, recall_chance, segment_recall_batch
+from memzoo.data.recall import check_segment_recall, recall_chance, segment_recall_batch
 
 
 def training_layout(task: Any) -> dict[str, int]:
