@@ -128,9 +128,11 @@ def test_layer_memory_interface_default_loop_resets_rows() -> None:
             return x.q, {"n": state["n"] + 1}, torch.zeros(())
 
     mem = Counter(CountConfig(), tiny_model_config(), 0)
+    from memzoo.core.attention import LocalAttention
     from memzoo.core.memory import LayerInputs
 
     q = torch.zeros(2, 4, 2, 8, 16)
     reset = torch.tensor([[False, False, True, False], [False, False, False, False]])
-    _, state, _ = mem(LayerInputs(q[:, :, 0, :, :].unsqueeze(2), q, q, q, reset, None, None), mem.initial_state(2, "cpu"))
+    attend = LocalAttention(10000.0)  # the interface hands every memory an attention (each segment its own)
+    _, state, _ = mem(LayerInputs(q[:, :, 0, :, :].unsqueeze(2), q, q, q, reset, attend, None), mem.initial_state(2, "cpu"))
     assert state["n"].tolist() == [2.0, 4.0]

@@ -3,7 +3,8 @@ an `lm-window` suite folder, its gates (sigmoid(beta) per head and layer) and it
 (memzoo.diagnose.read_contrast: the mean cosine between two queries' reads, and between a read and
 the mean value written before it; a memory collapsed to a document average reads near 1 on both),
 over validation documents read from their start; and with --step0, what step 0 differs by: the window
-floor and each Infini start (gate 0.5 and local-preserving) evaluated before any training.
+floor and each Infini start (gate 0.5 and local-preserving) evaluated before any training (one step at
+learning rate 0), with their read contrast.
 
     python experiments/window/infini_probe.py results/lm-window [--step0] [--out experiments/window/DIR]
 """
@@ -49,8 +50,8 @@ def step0(suite_name: str, out: Path) -> list[dict]:
     suite = load_suite(suite_name, ["seeds=[0]", "methods=[local,infini-delta]"])
     rows = []
     for spec in expand(suite):
-        cfg = spec.cfg.copy()
-        cfg.train.steps, cfg.train.eval_every, cfg.out_dir = 0, 0, str(out / "step0")
+        cfg = spec.cfg.copy()  # one step at learning rate 0: the starting weights, kept in a loadable run folder
+        cfg.train.steps, cfg.train.lr, cfg.train.eval_every, cfg.out_dir = 1, 0.0, 0, str(out / "step0")
         run_dir = train(cfg, progress=False)
         res = json.loads((Path(run_dir) / "result.json").read_text())
         rows.append({"run": spec.name, "valid_bpb": res["valid_bpb"], "seg0": res["bpb_by_segment"][0],
@@ -70,7 +71,9 @@ def main() -> None:
     report = {"probe": [probe_run(d, args.segments, args.docs) for d in sorted((args.folder / "runs").glob("infini-*"))
                         if (d / "result.json").is_file()]}
     if args.step0:
-        report["step0"] = step0("lm-window", args.out or Path("/tmp/infini-probe"))
+        out = args.out or Path("/tmp/infini-probe")
+        report["step0"] = step0("lm-window", out)
+        report["probe_step0"] = [probe_run(d, args.segments, args.docs) for d in sorted((out / "step0").glob("infini-*"))]
     text = json.dumps(report, indent=1)
     print(text)
     if args.out:

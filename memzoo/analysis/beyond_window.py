@@ -201,10 +201,13 @@ def beyond_window_figure(df: pd.DataFrame):
     beyond-window copyable bytes, 95% t intervals over seeds. Points of equal state are offset."""
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import NullFormatter
+
     from memzoo.analysis.palette import colour, marker, ordered_legend, spread
 
     bands = band_table(df)
-    variants = [v for v in dict.fromkeys(bands["variant"]) if v != REFERENCE]
+    measured = bands[bands["diff_vs_floor"].notna()]  # rows without classes (full's borrowed rows) are not drawn
+    variants = [v for v in dict.fromkeys(measured["variant"]) if v != REFERENCE]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     band_keys = [k for k in class_keys(df) if k.startswith("band_")]
     for v in variants:
@@ -224,6 +227,7 @@ def beyond_window_figure(df: pd.DataFrame):
         right.errorbar(moved[v], [beyond.loc[v, "diff_vs_floor"]], yerr=[half if half == half else 0], marker=marker(v),
                        color=colour(v), capsize=3, ls="none", label=v)
     right.set_xscale("log")
+    right.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels collide
     right.axhline(0, color="grey", lw=0.8)
     right.set_xlabel("memory state (numbers per sequence, log; equal states offset)")
     right.set_ylabel("− floor, beyond-window copyable bytes")

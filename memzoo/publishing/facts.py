@@ -82,6 +82,11 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
         for q in ("headroom", "headroom_corrected"):
             if f"{q}_status" in r:
                 out[f"{name}.{q}"] = ratio_cell(r, q)
+    floor_rows = rows[rows["method"] == REFERENCE]
+    if "tokens_by_doc_copy_beyond" in floor_rows:  # the same documents and classes for every run of the floor
+        first = floor_rows.iloc[0]
+        total = sum(sum(first[f"tokens_by_doc_copy_{c}"]) for c in ("beyond", "within", "none"))
+        out["copy.beyond_share"] = f"{sum(first['tokens_by_doc_copy_beyond']) / total:.0%}"
     check = ceiling_check(rows)
     out["ceiling.seg0"] = interval(check["full_seg0_vs_floor"], check["full_seg0_ci"], sign=True)
     out["ceiling.holds"] = "holds" if check["holds"] else "does not hold"
