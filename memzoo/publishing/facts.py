@@ -19,10 +19,11 @@ from typing import Callable, Optional
 import pandas as pd
 
 from memzoo.analysis import headroom_recovered, memory_ablation, memory_gain, summary_table
-from memzoo.analysis.stats import REFERENCE
+from memzoo.analysis.beyond_window import ceiling_check, seed_gains, window_summary
+from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
 from memzoo.publishing.references import load_references
-from memzoo.publishing.tables import MINUS, interval, signed
+from memzoo.publishing.tables import MINUS, interval, ratio_cell, signed, with_ceiling
 
 FACT = re.compile(r"<!-- fact:(?P<name>[a-z0-9.+_-]+) -->(?P<body>.*?)<!-- /fact -->")
 
@@ -65,10 +66,6 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
     headroom_corrected, each with _mean where it has an interval), `ceiling.seg0` (full - floor at
     segment 0), `ceiling.holds` and `floor.vs_block_local` (the window floor against lm-stream's `local`
     on segments >= 1, paired by seed: what the window alone buys)."""
-    from memzoo.analysis.beyond_window import ceiling_check, seed_gains, window_summary
-    from memzoo.analysis.stats import paired_differences, paired_t, per_seed
-    from memzoo.publishing.tables import ratio_cell, with_ceiling
-
     rows = with_ceiling(rows)
     out: dict[str, str] = {}
     for _, r in window_summary(rows).iterrows():
