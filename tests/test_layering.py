@@ -195,6 +195,8 @@ def test_every_package_is_a_layer_and_the_architecture_page_names_it() -> None:
     """Each subpackage of memzoo/ (a folder with Python files) has a layer, and docs/architecture.md
     names its folder, so the page cannot fall behind the code."""
     folders = sorted(p.parent.name for p in (ROOT / "memzoo").glob("*/__init__.py"))
+    bare = sorted({p.parent.name for p in (ROOT / "memzoo").glob("*/*.py")} - set(folders))
+    assert not bare, f"memzoo/{bare} hold modules but no __init__.py: the wheel (packages.find) would leave them out"
     page = (ROOT / "docs" / "architecture.md").read_text()
     assert not [f for f in folders if f not in LAYER_OF], folders
     missing = [f for f in folders if f"`memzoo/{f}/`" not in page]
