@@ -75,10 +75,11 @@ def stale_pages(root: Path, rows: Optional[dict[str, pd.DataFrame]] = None, writ
     """The pages whose generated blocks or facts in prose differ from those of the rows, or the `tables`
     and `facts` given (rewritten when `write`)."""
     tables, stale = tables if tables is not None else all_tables(rows), []
-    facts = facts if facts is not None else all_facts(rows)
     for page in pages(root):
         text = page.read_text()
-        new = render_facts(render(text, tables, str(page.relative_to(root))), facts, str(page.relative_to(root)))
+        if facts is None and "<!-- fact:" in text:  # computed once, and only where a page quotes one
+            facts = all_facts(rows)
+        new = render_facts(render(text, tables, str(page.relative_to(root))), facts or {}, str(page.relative_to(root)))
         if new != text:
             stale.append(page)
             if write:
