@@ -79,6 +79,7 @@ def fla(monkeypatch):
     monkeypatch.setattr(fla_kernels, "gpu_capability", lambda device: (8, 0))
     monkeypatch.setattr(fla_kernels, "SAID", set())
     monkeypatch.setattr(fla_kernels, "FAILED", {})
+    monkeypatch.setattr(fla_kernels, "BACKWARD_TRIED", set())
     return monkeypatch
 
 
@@ -239,13 +240,27 @@ def test_hopper_triton_guard_refuses_gated_backward_only(fla, capsys) -> None:
     guard = ("fla refused chunk_gated_delta_rule: its backward raises on Hopper (sm_90) with Triton 3.6.0 "
              "(>= 3.4 and < 3.7.1; upgrade Triton to >= 3.7.1)")
     assert said(capsys) == [f"memzoo: gated-deltanet: PyTorch chunkwise form (kernel=auto: {guard})",
-                            "memzoo: gated-deltanet: fla chunk_gated_delta_rule (torch.float32) (kernel=auto)"]
+                            "memzoo: gated-deltanet: fla chunk_gated_delta_rule (torch.float32; its products in TF32, "
+                            "about 1e-3 relative) (kernel=auto)"]
     with pytest.raises(RuntimeError, match="Hopper"):
         forward_once(True, dtype=torch.float32, kernel="fla")
     for version, capability in (("3.7.1", (9, 0)), ("3.3.1", (9, 0)), ("3.6.0", (8, 0)), ("3.6.0", (10, 0))):
         fla.setattr(fla_kernels, "load_fla", lambda v=version: FlaKernels(standin_gated, standin_delta, v))
         fla.setattr(fla_kernels, "gpu_capability", lambda device, c=capability: c)
         assert fla_kernels.choose("auto", True, torch.device("cuda"), torch.float32, True).run is not None
+    for version in ("3.7.1rc1", "3.7.1a0", "3.4.0rc2", "3.6.0+git1a2b"):  # a pre-release is below its release
+        fla.setattr(fla_kernels, "load_fla", lambda v=version: FlaKernels(standin_gated, standin_delta, v))
+        fla.setattr(fla_kernels, "gpu_capability", lambda device: (9, 0))
+        assert fla_kernels.choose("auto", True, torch.device("cuda"), torch.float32, True).run is None, version
+
+
+def test_version_tuple_orders_pre_releases_below_their_release() -> None:
+    v = fla_kernels.version_tuple
+    assert v("3.7.1rc1") < v("3.7.1") == v("3.7.1+local") < v("3.7.2.dev0") < v("3.7.2")
+    assert v("3.4.0") > v("3.4.0b1") >= fla_kernels.HOPPER_BAD_TRITON[0] > v("3.3.1")
+    assert v("3.10.0") > v("3.9.9") and v("3.7") == v("3.7.0")
+    with pytest.raises(ValueError, match="cannot read the version 'nightly'"):
+        v("nightly")
 
 
 def test_deltanet_fp32_uses_the_gated_kernel_at_g_zero_and_names_why(fla, capsys) -> None:
@@ -256,7 +271,8 @@ def test_deltanet_fp32_uses_the_gated_kernel_at_g_zero_and_names_why(fla, capsys
     out_torch = forward_once(False, dtype=torch.float32, kernel="torch")[0]
     assert (out_fla - out_torch).abs().max() < 1e-4
     delta = "chunk_delta_rule takes ['torch.bfloat16', 'torch.float16'], not torch.float32"
-    assert said(capsys)[0] == f"memzoo: deltanet: fla chunk_gated_delta_rule with g = 0 ({delta}) (kernel=auto)"
+    assert said(capsys)[0] == (f"memzoo: deltanet: fla chunk_gated_delta_rule with g = 0 ({delta}; its products in "
+                               "TF32, about 1e-3 relative) (kernel=auto)")
     fla.setattr(fla_kernels, "gpu_capability", lambda device: (9, 0))
     forward_once(False, dtype=torch.float32)
     assert said(capsys) == [f"memzoo: deltanet: PyTorch chunkwise form (kernel=auto: {delta}; fla refused "
@@ -278,12 +294,45 @@ def test_an_fla_call_that_raises_falls_back_under_auto_and_raises_under_fla(fla,
         forward_once(True, kernel="fla")
 
 
+class BackwardRaises(torch.autograd.Function):
+    """Identity forward; a backward that raises, as fla's gated backward does on Hopper with Triton 3.6."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("PassManager::run failed\nin chunk_bwd_dqkwg")
+
+
+def test_an_fla_backward_that_raises_falls_back_under_auto_before_the_step(fla, capsys) -> None:
+    """Under kernel=auto a backward error is found by a small forward + backward before the real call,
+    so PyTorch's form runs and the caller's backward succeeds; under kernel=fla the caller's backward
+    raises; without gradients fla still runs (no backward to try)."""
+    def gated_bad_backward(q, *args, **kwargs):
+        o, state = standin_gated(q, *args, **kwargs)
+        return BackwardRaises.apply(o), state
+
+    fla.setattr(fla_kernels, "load_fla", lambda: FlaKernels(gated_bad_backward, standin_delta, "3.7.1",
+                                                            STANDIN.gated_dtypes, STANDIN.delta_dtypes))
+    out, new = forward_once(True)[:2]
+    out.sum().backward()  # PyTorch's form ran: its backward works
+    assert torch.equal(out, forward_once(True, kernel="torch")[0])
+    assert said(capsys)[0] == ("memzoo: gated-deltanet: PyTorch chunkwise form (kernel=auto: fla raised "
+                               "RuntimeError: PassManager::run failed)")
+    forward_once(True, grad=False)  # evaluation: fla's forward is fine
+    assert said(capsys) == ["memzoo: gated-deltanet: fla chunk_gated_delta_rule (torch.float64) (kernel=auto)"]
+    with pytest.raises(RuntimeError, match="PassManager"):
+        forward_once(True, kernel="fla")[0].sum().backward()
+
+
 def test_kernel_option_is_checked() -> None:
     with pytest.raises(ValueError, match="kernel must be one of .*got kernel='triton'"):
         plugin(kernel="triton")
     with pytest.raises(ValueError, match="'fla' needs chunkwise=true"):
         plugin(kernel="fla", chunkwise=False)
-    assert fla_kernels.version_tuple("3.6.0+git1a2b") == (3, 6, 0)
+    assert fla_kernels.version_tuple("3.6.0+git1a2b") == (3, 6, 0, 0)
 
 
 def test_kernel_torch_never_calls_fla(fla) -> None:

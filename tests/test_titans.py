@@ -312,6 +312,7 @@ def test_checkpointed_scan_equals_the_stored_one(variant: str) -> None:
 def test_compile_option_routes_the_chunk_step_through_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     """compile='default' calls torch.compile on the chunk step once and uses what it returns (a
     recording stand-in here: CPU tests never compile); 'eager' does not; a bad mode is refused by name."""
+    import memzoo.core.compiled as compiled
     import memzoo.memories.titans as titans
 
     calls: list[tuple] = []
@@ -325,7 +326,7 @@ def test_compile_option_routes_the_chunk_step_through_torch_compile(monkeypatch:
         return wrapped
 
     monkeypatch.setattr(torch, "compile", fake_compile)
-    monkeypatch.setattr(titans, "COMPILED", {})
+    monkeypatch.setattr(compiled, "COMPILED", {})
     x = layer_inputs(1)
     for mode in ("eager", "default"):
         mem = plugin("mag", compile=mode)

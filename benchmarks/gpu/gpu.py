@@ -14,20 +14,27 @@ max |logits_xformers - logits_sdpa| <= XFORMERS_RTOL x max |logits_sdpa| (same w
 Exit status 1 when a loss is not finite or the backends disagree. `--kernels` times the two DeltaNets
 once per kernel path named (their `kernel` option: auto, torch, fla), as rows `deltanet[fla]` etc.;
 a path that cannot run (fla absent, or refused on this GPU and Triton) gets a row saying why.
+`--also METHOD:OPTION=VALUE[,OPTION=VALUE]` (repeatable) times one more row of that method with those
+memory options, named `METHOD[OPTION=VALUE,...]` (e.g. `gated-deltanet:compile=default`, the chunkwise
+form through torch.compile, beside the suite's eager row).
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import math
+import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
+# --device cpu: the paper-gpu suite's config at a backbone small enough to check the script in seconds
+DRY_RUN = ["run.model.d_model=32", "run.model.n_layers=2", "run.model.n_heads=2", "run.model.segment_len=16",
+           "run.train.batch_size=2", "run.train.window_segments=4", "run.train.bptt_segments=2", "run.data.max_docs=40"]
 XFORMERS_RTOL = 2e-2  # bf16 keeps 8 mantissa bits; two kernels summing in another order differ by ~1e-2
 
 
@@ -110,15 +117,46 @@ def with_kernels(configs: dict[str, Any], kernels: list[str]) -> dict[str, Any]:
     return out
 
 
+def with_variants(configs: dict[str, Any], also: list[str]) -> dict[str, Any]:
+    """`configs` plus one row per `METHOD:OPTION=VALUE[,OPTION=VALUE]`, named `METHOD[OPTION=VALUE,...]`."""
+    import dataclasses
+
+    import yaml
+
+    from memzoo.core.plugins import get_memory
+
+    out = dict(configs)
+    for spec in also:
+        method, _, options = spec.partition(":")
+        if method not in configs or not options:
+            raise SystemExit(f"--also {spec!r}: expected METHOD:OPTION=VALUE[,OPTION=VALUE] with METHOD among "
+                             f"{', '.join(configs)}")
+        variant = configs[method].copy()
+        fields = {f.name for f in dataclasses.fields(get_memory(method).config_cls)}
+        for pair in options.split(","):
+            key, _, value = pair.partition("=")
+            if key not in fields:
+                raise SystemExit(f"--also {spec!r}: {method} has no option {key!r} (it has {', '.join(sorted(fields))})")
+            variant.memory[key] = yaml.safe_load(value)
+        out[f"{method}[{options}]"] = variant
+    return out
+
+
+def row_names(methods: str) -> list[str]:
+    """'local,titans-mac[compile=default,checkpoint=true]' -> the two names (commas inside [] kept)."""
+    return [name for name in re.split(r",(?![^\[]*\])", methods) if name]
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
-                 device: torch.device = torch.device("cuda")) -> dict[str, Any]:
+                 device: torch.device = torch.device("cuda"), profile: bool = False) -> dict[str, Any]:
     """Time `steps` bf16 training steps (after one untimed) of one method; its row of gpu.csv.
-    (`device` cpu: a dry run of the same code, for checking it without a GPU.)"""
+    (`device` cpu: a dry run of the same code, for checking it without a GPU.) `profile`: one more
+    step under torch's profiler, untimed, its costliest kernels printed."""
     from memzoo.core.losses import LN2
     from memzoo.data.corpus import WindowSampler
     from memzoo.runs.configure import build_model
@@ -143,7 +181,13 @@ def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
         _sync(device)
         elapsed += (time.perf_counter() - start) if step else 0.0
         bpb = res.nll_sum / max(res.tokens, 1) / LN2
+    if profile:
+        profile_step(lambda: train_window(model, batch, tc.bptt_segments, tc.aux_loss_weight, "bf16"), method, device)
     tokens = tc.batch_size * tc.window_segments * m.segment_len * steps
+    if steps == 0:  # a warm-up alone (compiles, fills inductor's cache): nothing timed
+        return {"method": method, "params": model.num_parameters(), "batch_size": tc.batch_size,
+                "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None,
+                "train_bpb_last": bpb, "status": "warm-up step only" if math.isfinite(bpb) else "loss not finite"}
     flops = model_flops_per_token(model, m.n_layers, m.segment_len, m.d_model)
     diff, xf_error = None, None
     if cuda:
@@ -161,6 +205,24 @@ def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
     }
 
 
+def profile_step(step: Callable[[], Any], method: str, device: torch.device, top: int = 15) -> None:
+    """One call of `step` under torch's profiler; its `top` costliest ops by self time on the device
+    (CPU time on a CPU), as a table on stdout."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    with profile(activities=activities) as prof:
+        step()
+        _sync(device)
+    events = prof.key_averages()
+    key = "self_cpu_time_total"
+    if cuda:
+        key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
+    print(f"profile of one step of {method} (sorted by {key}):\n{events.table(sort_by=key, row_limit=top, max_name_column_width=60)}",
+          flush=True)
+
+
 def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
     """The rows so far as a CSV with every column any row has, in first-seen order."""
     fields = list(dict.fromkeys(k for r in rows for k in r))
@@ -175,29 +237,45 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--steps", type=int, default=5, help="timed bf16 training steps per method (after one warm-up)")
     ap.add_argument("--batch-size", type=int, default=None, help="rows per step (default: the suite's train.batch_size)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="the device's bf16 peak (default: measured)")
-    ap.add_argument("--methods", default=None, help="comma-separated subset of the registered methods")
+    ap.add_argument("--methods", default=None,
+                    help="comma-separated rows to time, in this order: methods, METHOD[KERNEL], METHOD[OPTION=VALUE,...], "
+                         "and '*' for every row not named")
     ap.add_argument("--max-seconds", type=float, default=None,
                     help="start no further method after this many seconds (the rest get a 'not measured' row)")
     ap.add_argument("--kernels", default="auto",
                     help="the DeltaNets' kernel paths to time, comma-separated: auto, torch, fla (one row each)")
+    ap.add_argument("--also", action="append", default=[], metavar="METHOD:OPTION=VALUE[,OPTION=VALUE]",
+                    help="time one more row of METHOD with these memory options (repeatable)")
+    ap.add_argument("--profile", default="", help="rows (as --methods names them) to profile for one more step each")
     ap.add_argument("--out", default="results/gpu")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: a dry run of the same code at a tiny backbone (checks the script, measures nothing)")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("benchmarks/gpu/gpu.py: no CUDA device here, nothing measured (run it on a machine with a GPU)")
         return 0
 
     from memzoo.data.corpus import load_documents, split_documents
 
-    overrides = ["run.data.max_docs=400"] + ([f"run.train.batch_size={args.batch_size}"] if args.batch_size else [])
-    configs = method_configs(overrides)
+    cuda = args.device == "cuda"
+    overrides = (["run.data.max_docs=400"] if cuda else DRY_RUN) + \
+        ([f"run.train.batch_size={args.batch_size}"] if args.batch_size else [])
+    configs = with_variants(with_kernels(method_configs(overrides), args.kernels.split(",")), args.also)
     if args.methods:
-        configs = {k: v for k, v in configs.items() if k in args.methods.split(",")}
-    configs = with_kernels(configs, args.kernels.split(","))
+        wanted = row_names(args.methods)
+        if "*" in wanted:  # the rows not named, in the suite's order, where the '*' stands
+            at = wanted.index("*")
+            wanted[at:at + 1] = [name for name in configs if name not in wanted]
+        missing = [name for name in wanted if name not in configs]
+        if missing:
+            raise SystemExit(f"--methods: {missing} not among the rows {', '.join(configs)}")
+        configs = {name: configs[name] for name in wanted}
+    profiled = set(row_names(args.profile))
     first = next(iter(configs.values()))
     docs = split_documents(load_documents(first.data), first.data)["train"]
-    peak = args.peak_tflops * 1e12 if args.peak_tflops else measured_bf16_peak()
-    device = torch.cuda.get_device_name()
-    print(f"{device}: bf16 peak {peak / 1e12:.0f} TFLOP/s ({'given' if args.peak_tflops else 'measured'}); "
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else measured_bf16_peak() if cuda else 1e12
+    device = torch.cuda.get_device_name() if cuda else "cpu (dry run)"
+    print(f"{device}: bf16 peak {peak / 1e12:.0f} TFLOP/s ({'given' if args.peak_tflops else 'measured' if cuda else 'nominal'}); "
           f"paper-gpu backbone: {first.model.n_layers} layers, d_model {first.model.d_model}, "
           f"segments of {first.model.segment_len}", flush=True)
     rows, began = [], time.perf_counter()
@@ -208,23 +286,34 @@ def main(argv: Optional[list[str]] = None) -> int:
             rows.append({"device": device, "method": method, "status": f"not measured (--max-seconds {args.max_seconds:g})"})
             continue
         try:
-            row = bench_method(method, cfg, docs, args.steps, peak)
+            row = bench_method(method, cfg, docs, args.steps, peak, torch.device(args.device), method in profiled)
         except torch.cuda.OutOfMemoryError as err:
             row = {"method": method, "status": f"out of memory: {str(err).splitlines()[0][:120]}"}
         except Exception as err:  # a kernel path that cannot run here (fla refused, absent) is a row, not a stop
             if "[" not in method:
                 raise
             row = {"method": method, "status": f"failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"}
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
         rows.append({"device": device, "peak_tflops": peak / 1e12, **row})
         if "tokens_per_s" in row:
             xf = (row["xformers_error"] or "n/a") if row["xformers_rel_diff"] is None else f"{row['xformers_rel_diff']:.1e}"
+            peak_mb = "n/a" if row["peak_cuda_mb"] is None else f"{row['peak_cuda_mb']:,.0f}"
             print(f"{method:14s} {row['params']:>11,} params {row['tokens_per_s']:>10,.0f} tok/s "
-                  f"{row['model_tflops']:6.1f} TFLOP/s  MFU {row['mfu']:5.1%}  peak {row['peak_cuda_mb']:8,.0f} MB  "
+                  f"{row['model_tflops']:6.1f} TFLOP/s  MFU {row['mfu']:5.1%}  peak {peak_mb:>8s} MB  "
                   f"bpb {row['train_bpb_last']:.3f}  xformers-vs-sdpa {xf}  {row['status']}", flush=True)
         else:
-            print(f"{method:14s} {row['status']}", flush=True)
+            peak_mb = f"  peak {row['peak_cuda_mb']:,.0f} MB" if row.get("peak_cuda_mb") is not None else ""
+            print(f"{method:14s} {row['status']}{peak_mb}", flush=True)
         write_rows(rows, out / "gpu.csv")  # after every method: a killed run keeps the rows it measured
+    local = next((r["tokens_per_s"] for r in rows if r["method"] == "local" and "tokens_per_s" in r), None)
+    for r in rows:
+        if local and "tokens_per_s" in r:
+            r["ratio_to_local"] = r["tokens_per_s"] / local
+    if local:
+        print("training tokens/s as a ratio to local, measured in this call: " + ", ".join(
+            f"{r['method']} {r['ratio_to_local']:.2f}x" for r in sorted(rows, key=lambda r: -r.get("ratio_to_local", -1))
+            if "ratio_to_local" in r))
     write_rows(rows, out / "gpu.csv")
     print(f"wrote {out / 'gpu.csv'}")
     bad = [r["method"] for r in rows if r.get("status") == "loss not finite" or r.get("xformers_ok") is False]

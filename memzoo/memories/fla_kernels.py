@@ -31,8 +31,10 @@ from torch import Tensor
 
 KERNELS = ("auto", "fla", "torch")
 HALF = frozenset({torch.bfloat16, torch.float16})
+# Triton's dot products take float32 input as TF32 (10-bit mantissa) unless told otherwise, and fla does not
+TF32_NOTE = {torch.float32: "; its products in TF32, about 1e-3 relative"}
 # Triton releases in which fla 0.6.0's gated backward (chunk_bwd_dqkwg) raises on Hopper: >= 3.4 and < 3.7.1
-HOPPER_BAD_TRITON = ((3, 4, 0), (3, 7, 1))
+HOPPER_BAD_TRITON = ((3, 4, 0, -1), (3, 7, 1, 0))  # pre-releases of 3.4.0 included, of 3.7.1 too
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,13 @@ def gpu_capability(device: torch.device) -> Optional[tuple[int, int]]:
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """'3.6.0+git1a2b' -> (3, 6, 0)."""
-    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+    """'3.6.0+git1a2b' -> (3, 6, 0, 0); a pre-release sorts below its release: '3.7.1rc1' -> (3, 7, 1, -1)."""
+    match = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)", version)
+    if match is None:
+        raise ValueError(f"cannot read the version {version!r}; expected MAJOR.MINOR.PATCH")
+    release = tuple(int(p or 0) for p in match.groups()[:3])
+    pre = re.match(r"[.-]?(a|b|rc|alpha|beta|dev|pre)\d*", match.group(4), re.IGNORECASE)
+    return (*release, -1 if pre else 0)
 
 
 @dataclass(frozen=True)
@@ -126,11 +133,12 @@ def _fla_kernel(gated: bool, device: torch.device, dtype: torch.dtype,
             return functools.partial(delta_rule_fla, fla.delta, False), f"chunk_delta_rule ({dtype})"
         refused = f"chunk_delta_rule takes {sorted(map(str, fla.delta_dtypes))}, not {dtype}"
         if gated_refused is None:  # α ≡ 1 is the gated rule at g = 0
-            return functools.partial(delta_rule_fla, fla.gated, True), f"chunk_gated_delta_rule with g = 0 ({refused})"
+            return functools.partial(delta_rule_fla, fla.gated, True), \
+                f"chunk_gated_delta_rule with g = 0 ({refused}{TF32_NOTE.get(dtype, '')})"
         return None, f"{refused}; {gated_refused}"
     if gated_refused is not None:
         return None, gated_refused
-    return functools.partial(delta_rule_fla, fla.gated, True), f"chunk_gated_delta_rule ({dtype})"
+    return functools.partial(delta_rule_fla, fla.gated, True), f"chunk_gated_delta_rule ({dtype}{TF32_NOTE.get(dtype, '')})"
 
 
 SAID: set[str] = set()
@@ -141,13 +149,17 @@ def chunkwise(kernel: str, gated: bool, torch_form: Callable[..., tuple[Tensor, 
               v: Tensor, g: Tensor, beta: Tensor, s0: Tensor, reset: Tensor) -> tuple[Tensor, Tensor]:
     """The chunkwise recurrence through fla or `torch_form` (same arguments and results), as `kernel`
     and the device allow; one line per process says which ran and why. Under kernel=auto, an fla call
-    that raises is named in that line and PyTorch runs from then on for this device and dtype."""
+    that raises, forward or (tried once on a small slice first) backward, is named in that line and
+    PyTorch runs from then on for this device and dtype."""
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, g, beta, s0))
     key = (gated, str(q.device), q.dtype, backward)
     failed = FAILED.get(key) if kernel == "auto" else None
     choice = torch_fallback(gated, failed) if failed else choose(kernel, gated, q.device, q.dtype, backward)
     if choice.run is not None:
         try:
+            if backward and kernel == "auto" and key not in BACKWARD_TRIED:
+                BACKWARD_TRIED.add(key)
+                try_backward(choice.run, q, k, v, g, beta, s0, reset)
             out = choice.run(q, k, v, g, beta, s0, reset)
             say_once(choice.line)
             return out
@@ -159,6 +171,20 @@ def chunkwise(kernel: str, gated: bool, torch_form: Callable[..., tuple[Tensor, 
             choice = torch_fallback(gated, FAILED[key])
     say_once(choice.line)
     return torch_form(q, k, v, g, beta, s0, reset)
+
+
+BACKWARD_TRIED: set[tuple] = set()
+
+
+def try_backward(run: Callable[..., tuple[Tensor, Tensor]], q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                 beta: Tensor, s0: Tensor, reset: Tensor) -> None:
+    """One forward and backward of `run` on the first row and segment (detached copies), so that under
+    kernel=auto an error in fla's backward, which would surface only in the caller's loss.backward(),
+    raises here, where PyTorch's form can still take over."""
+    leaves = [t[:1, :1].detach().clone().requires_grad_() for t in (q, k, v, g, beta)]
+    state = s0[:1].detach().clone().requires_grad_()
+    o, s_end = run(*leaves, state, reset[:1, :1])
+    torch.autograd.grad(o.float().sum() + s_end.float().sum(), [*leaves, state], allow_unused=True)
 
 
 def say_once(line: str) -> None:

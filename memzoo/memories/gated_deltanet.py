@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
+from memzoo.core.compiled import check_compile_mode, compiled
 from memzoo.core.config import ModelConfig
 from memzoo.core.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
 from memzoo.core.plugins import register_memory
@@ -53,6 +54,7 @@ class GatedDeltaNetConfig:
     chunk_size: int = 64  # C of the chunkwise form (the segment length when that is shorter)
     chunkwise: bool = True  # False: the per-token loop (the reference; same values)
     kernel: str = "auto"  # the chunkwise form: fla's fused kernels on CUDA where they run, else PyTorch ("fla", "torch": force)
+    compile: str = "eager"  # PyTorch's chunkwise form through torch.compile (default | reduce-overhead | ...): speed only
     conv_size: int = 4  # short depthwise causal conv on q, k, v (0: none); its last conv_size - 1 inputs are state
     gate_rank: int = 16  # rank of the output gate's W_g = W_up W_down (d_model -> r -> H·D)
     norm_eps: float = 1e-5  # RMSNorm of the readout, per head
@@ -90,13 +92,18 @@ def delta_rule_loop(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s0
 
 def delta_rule_chunkwise(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s0: Tensor,
                          reset: Tensor, chunk_size: int) -> tuple[Tensor, Tensor]:
-    """The same recurrence in chunks of C tokens (WY/UT form): matrix products inside each chunk,
-    a loop over chunks only. Same arguments and results as `delta_rule_loop`.
+    """The same recurrence in chunks of C tokens (WY/UT form): everything inside a chunk as batched
+    matrix products over all chunks at once; across chunks only the state pass, one affine map a chunk,
 
-    A last partial chunk is padded with k = v = q = 0, β = 0, g = 0 (α = 1): padded tokens leave the
-    state exactly as it was, and their outputs are dropped.
+        S_next = S (e^{G_C} I − Wᵀ K̃) + Uᵀ K̃,   K̃ = diag(e^{G_C − G}) K   (= e^{G_C} S + Eᵀ K̃, E = U − W Sᵀ)
+
+    (one batched product a chunk), then every chunk's read from the state at its start in one product,
+    O = (Q̃ − (Q Kᵀ ⊙ D) W) S_startᵀ + (Q Kᵀ ⊙ D) U with Q̃ = diag(e^G) Q. Same arguments and results
+    as `delta_rule_loop`. A last partial chunk is padded with k = v = q = 0, β = 0, g = 0 (α = 1):
+    padded tokens leave the state exactly as it was, and their outputs are dropped.
     """
-    n, dv = q.shape[3], v.shape[-1]
+    b, s, h, n, dv = v.shape
+    dk = k.shape[-1]
     c = max(1, min(chunk_size, n))
     pad = (-n) % c
     if pad:
@@ -108,27 +115,28 @@ def delta_rule_chunkwise(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tenso
     big_g = g.cumsum(dim=-1)  # [B, S, nC, H, C] G_r: log of the decay from the chunk's start through r
     causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()  # i <= r
     decay = torch.exp((big_g[..., :, None] - big_g[..., None, :]).masked_fill(~causal, -math.inf))  # [.., C, C] e^{G_r − G_i}
-    a = (beta[..., None] * decay * einsum(k, k, "... r d, ... i d -> ... r i")).tril(-1)  # [.., C, C] strictly lower
+    a = (beta[..., None] * decay * (k @ k.transpose(-1, -2))).tril(-1)  # [.., C, C] strictly lower
     rhs = torch.cat((beta[..., None] * v, (beta * big_g.exp())[..., None] * k), dim=-1)  # [.., C, Dv + Dk]
     eye = torch.eye(c, dtype=a.dtype, device=a.device)
-    u, w = torch.linalg.solve_triangular(eye + a, rhs, upper=False, unitriangular=True).split([dv, k.shape[-1]], dim=-1)
-    qk = einsum(q, k, "... r d, ... i d -> ... r i") * decay  # [.., C, C] (Q Kᵀ ⊙ D), diagonal included
-    q_decayed = big_g.exp()[..., None] * q  # [.., C, Dk] e^{G_r} q_r: reads S_0 decayed to r
-    k_to_end = (big_g[..., -1:] - big_g).exp()[..., None] * k  # [.., C, Dk] e^{G_C − G_i} k_i
-    decay_chunk = big_g[..., -1].exp()[..., None, None]  # [B, S, nC, H, 1, 1] e^{G_C}
+    u, w = torch.linalg.solve_triangular(eye + a, rhs, upper=False, unitriangular=True).split([dv, dk], dim=-1)
+    qk = (q @ k.transpose(-1, -2)) * decay  # [.., C, C] (Q Kᵀ ⊙ D), diagonal included
+    q_read = big_g.exp()[..., None] * q - qk @ w  # [.., C, Dk] Q̃ − (Q Kᵀ ⊙ D) W: what reads S_start
+    o_within = qk @ u  # [.., C, Dv] the chunk's own writes, read
+    k_to_end = (big_g[..., -1:] - big_g).exp()[..., None] * k  # [.., C, Dk] K̃ = e^{G_C − G_i} k_i
+    eye_k = torch.eye(dk, dtype=a.dtype, device=a.device)
+    carry = big_g[..., -1].exp()[..., None, None] * eye_k - w.transpose(-1, -2) @ k_to_end  # [.., Dk, Dk]
+    written = u.transpose(-1, -2) @ k_to_end  # [.., Dv, Dk] Uᵀ K̃
 
-    state, segments = s0, []
-    per_segment = zip(*(t.unbind(1) for t in (u, w, qk, q_decayed, k_to_end, decay_chunk)), reset.unbind(1))
-    for u_s, w_s, qk_s, qd_s, ke_s, dc_s, fresh in per_segment:
+    state, starts = s0, []  # state [B, H, Dv, Dk]
+    per_segment = zip(carry.unbind(1), written.unbind(1), reset.unbind(1))
+    for carry_s, written_s, fresh in per_segment:  # [B, nC, H, Dk, Dk], [B, nC, H, Dv, Dk], [B]
         state = torch.where(fresh[:, None, None, None], torch.zeros_like(state), state)
-        chunks = []
-        for u_c, w_c, qk_c, qd_c, ke_c, dc_c in zip(*(t.unbind(1) for t in (u_s, w_s, qk_s, qd_s, ke_s, dc_s))):
-            error = u_c - einsum(w_c, state, "b h r k, b h v k -> b h r v")  # [B, H, C, Dv] E = U − W S_0ᵀ
-            read = einsum(qd_c, state, "b h r k, b h v k -> b h r v") + einsum(qk_c, error, "b h r i, b h i v -> b h r v")
-            chunks.append(read)  # [B, H, C, Dv]
-            state = dc_c * state + einsum(error, ke_c, "b h i v, b h i k -> b h v k")  # [B, H, Dv, Dk]
-        segments.append(torch.stack(chunks, dim=1))  # [B, nC, H, C, Dv]
-    o = rearrange(torch.stack(segments, dim=1), "b s c h t d -> b s h (c t) d")
+        for carry_c, written_c in zip(carry_s.unbind(1), written_s.unbind(1)):
+            starts.append(state)
+            state = torch.baddbmm(written_c.flatten(0, 1), state.flatten(0, 1), carry_c.flatten(0, 1)).view_as(state)
+    s_start = rearrange(torch.stack(starts, dim=1), "b (s c) h v k -> b s c h v k", s=s)  # [B, S, nC, H, Dv, Dk]
+    o = q_read @ s_start.transpose(-1, -2) + o_within  # [B, S, nC, H, C, Dv]
+    o = rearrange(o, "b s c h t d -> b s h (c t) d")
     return o[..., :n, :], state
 
 
@@ -173,8 +181,8 @@ class LowRankLinear(nn.Module):
 class GatedDeltaNet(LayerMemory):
     """A gated delta-rule matrix memory read at every token, mixed per head with local attention."""
 
-    # folders saved before the kernel option ran PyTorch's form, which `auto` still runs on a CPU
-    legacy_options = {"kernel": "auto"}
+    # folders saved before the kernel option ran PyTorch's form, which `auto` still runs on a CPU; and eagerly
+    legacy_options = {"kernel": "auto", "compile": "eager"}
 
     def __init__(self, cfg: GatedDeltaNetConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)
@@ -183,6 +191,7 @@ class GatedDeltaNet(LayerMemory):
         if cfg.kernel not in fla_kernels.KERNELS or (cfg.kernel == "fla" and not cfg.chunkwise):
             raise ValueError(f"gated-deltanet: kernel must be one of {fla_kernels.KERNELS} (and 'fla' needs "
                              f"chunkwise=true); got kernel={cfg.kernel!r}, chunkwise={cfg.chunkwise}")
+        check_compile_mode(fla_kernels.method_name(cfg.gated), cfg.compile)
         h, d, d_model = model.n_heads, model.d_head, model.d_model
         self.n_heads, self.d_head = h, d
         self.w_beta = nn.Linear(d_model, h, bias=False)  # W_b: β_t = sigmoid(W_b x_t)
@@ -238,7 +247,7 @@ class GatedDeltaNet(LayerMemory):
             g, beta = self.gates(hidden)  # [B, S, H, N]
             s0 = state["S"].to(dtype)
             if self.cfg.chunkwise:
-                torch_form = functools.partial(delta_rule_chunkwise, chunk_size=self.cfg.chunk_size)
+                torch_form = functools.partial(compiled(delta_rule_chunkwise, self.cfg.compile), chunk_size=self.cfg.chunk_size)
                 o, new_state["S"] = fla_kernels.chunkwise(self.cfg.kernel, self.cfg.gated, torch_form,
                                                           q, k, v, g, beta, s0, x.reset)
             else:

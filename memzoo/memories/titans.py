@@ -61,13 +61,13 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from memzoo.core.attention import KVPrefix
+from memzoo.core.compiled import check_compile_mode, compiled
 from memzoo.core.config import ModelConfig
 from memzoo.core.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
 from memzoo.core.precision import working_dtype
 
 VARIANTS = ("mac", "mag")
-COMPILE_MODES = ("eager", "default", "reduce-overhead")
 
 
 @dataclass
@@ -84,7 +84,7 @@ class TitansConfig:
     theta_init: float = 0.005  # inner learning rate θ at initialisation
     theta_max: float = 0.01  # θ = theta_max · sigmoid(·): the chunked form diverges when θ/(1 − η) nears 1 (README)
     # Speed and memory only (values and gradients unchanged up to float rounding):
-    compile: str = "eager"  # eager | default | reduce-overhead: torch.compile of the chunk step (~190 small kernels a chunk, eager)
+    compile: str = "eager"  # eager | default | reduce-overhead | max-autotune-no-cudagraphs: torch.compile of the chunk step (~190 small kernels a chunk, eager)
     checkpoint: bool = False  # recompute the scan, convolutions, reads and gating in backward: keeps their inputs only
 
 
@@ -187,19 +187,6 @@ def chunk_step(states: list[Tensor], keys: Tensor, values: Tensor, queries: Tens
         u = (d.transpose(-1, -2)[:, :, None] * upd).reshape(bh, -1, n)  # [B·H, 2 out, n]
         new.append(torch.baddbmm(carried, u, a.flatten(0, 1)).view_as(st))  # carry − Σ_j (…) θ_j δ_j a_jᵀ
     return r, new
-
-
-COMPILED: dict[str, Callable[..., tuple[Tensor, list[Tensor]]]] = {}
-
-
-def compiled_chunk_step(mode: str) -> Callable[..., tuple[Tensor, list[Tensor]]]:
-    """`chunk_step`, or its torch.compile in `mode` (one of COMPILE_MODES; compiled once per mode and
-    shared by every layer and both variants, whose chunk shapes repeat)."""
-    if mode == "eager":
-        return chunk_step
-    if mode not in COMPILED:
-        COMPILED[mode] = torch.compile(chunk_step, mode=mode, dynamic=False, fullgraph=True)
-    return COMPILED[mode]
 
 
 def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, values: Tensor, queries: Tensor,
@@ -330,8 +317,7 @@ class Titans(LayerMemory):
             raise ValueError(f"titans variant={cfg.variant!r}; expected one of {VARIANTS}")
         if not 0 < cfg.theta_init < cfg.theta_max:
             raise ValueError(f"titans theta_init={cfg.theta_init}, theta_max={cfg.theta_max}; expected 0 < theta_init < theta_max")
-        if cfg.compile not in COMPILE_MODES:
-            raise ValueError(f"titans compile={cfg.compile!r}; expected one of {COMPILE_MODES}")
+        check_compile_mode("titans", cfg.compile)
         if cfg.depth < 1 or cfg.expansion < 1 or cfg.chunk_size < 1 or cfg.conv_kernel < 1 or cfg.n_persistent < 0:
             raise ValueError(f"titans: depth, expansion, chunk_size, conv_kernel must be >= 1, n_persistent >= 0; got {cfg}")
         h, d = model.n_heads, model.d_head
@@ -389,7 +375,7 @@ class Titans(LayerMemory):
         """Chunked write of one segment (float32), reading M_i(q_i) after each token's write.
         gates: log(1 − α), log η, θ, each [B, H, n]."""
         dt, cfg = self.state_dtype(), self.cfg
-        step = compiled_chunk_step(cfg.compile)
+        step = compiled(chunk_step, cfg.compile)
         with torch.autocast(device_type=keys.device.type, enabled=False):
             weights, momentum = self._unpack(state)
             args = (weights, momentum, keys.to(dt), values.to(dt), queries.to(dt), *gates, cfg.chunk_size, cfg.grad_clip, step)
