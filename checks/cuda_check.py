@@ -274,6 +274,16 @@ def print_row(r: dict[str, Any]) -> None:
           f"{'  ' + r['note'] if r.get('note') else ''}", flush=True)
 
 
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """The rows so far, every column any row has (rewritten after each case: a run cut off keeps its rows)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
@@ -285,7 +295,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("checks/cuda_check.py: no CUDA device here, nothing checked (run it on a machine with a GPU)")
         return 0
     print("CPU oracle: float64 for every method (each row checks that its oracle ran float64 ops only)", flush=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    path = Path(args.out) / "cuda_check.csv"
     no_fla = fla_here(device)
     print(f"fla: {'not checked (' + no_fla + ')' if no_fla else 'imports; its path is checked too'}", flush=True)
     for name, method, options in cases(with_fla=no_fla is None):
@@ -298,19 +309,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         for r in new:
             print_row(r)
         rows += new
+        write_csv(rows, path)
     if no_fla is None and (not args.only or "fla-recurrence" in args.only.split(",")):
         for r in check_fla_recurrence(device):
             print_row(r)
             rows.append(r)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(out / "cuda_check.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, path)
     bad = sorted({r["case"] for r in rows if not r["ok"]})
-    print(f"wrote {out / 'cuda_check.csv'}; {len(bad)} failing: {', '.join(bad) or 'none'}")
+    print(f"wrote {path}; {len(bad)} failing: {', '.join(bad) or 'none'}")
     return 1 if bad else 0
 
 

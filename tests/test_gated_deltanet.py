@@ -278,19 +278,21 @@ def test_conv_cache_spans_segments_shorter_than_the_kernel(method: str) -> None:
     assert (a - b).abs().max() > 1e-6
 
 
-def test_compile_option_routes_the_chunkwise_form_through_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
-    """compile='default' hands delta_rule_chunkwise to torch.compile once (static shapes, one graph) and
-    runs what it returns (a recording stand-in: CPU tests never compile); 'eager' does not; a bad mode
-    is refused by name. The compiled form's values were checked against the loop through inductor
-    (docs/gpu/deltanet-compiled.md)."""
+def test_compile_option_runs_the_whole_memory_read_through_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile='default' hands the memory read (conv, gates, chunkwise form, norm) to torch.compile once,
+    shared by every layer (static shapes, one graph), and runs what it returns with the same values (a
+    recording stand-in: CPU tests never compile); 'eager' does not, nor does a run a probe listens to;
+    a bad mode is refused by name. The compiled read's values were checked against the float64 oracle
+    through inductor (checks/cuda_check.py's compiled cases, on the CPU and on an H100)."""
     import memzoo.core.compiled as compiled
-    from memzoo.memories.gated_deltanet import delta_rule_chunkwise
+    from memzoo.core.probe import recording
+    from memzoo.memories.gated_deltanet import GatedDeltaNet
 
     calls: list[tuple] = []
 
     def fake_compile(fn, **kwargs):
         calls.append((fn, kwargs))
-        return lambda *args, **kw: calls.append(("form",)) or fn(*args, **kw)
+        return lambda *args: calls.append(("read", args[-1])) or fn(*args)
 
     monkeypatch.setattr(torch, "compile", fake_compile)
     monkeypatch.setattr(compiled, "COMPILED", {})
@@ -298,7 +300,12 @@ def test_compile_option_routes_the_chunkwise_form_through_torch_compile(monkeypa
     outs = []
     for mode in ("eager", "default", "default"):
         mem = plugin(compile=mode, kernel="torch")
-        outs.append(run(mem, h, q, k, v, reset, mem.initial_state(B, torch.device("cpu")))[0])
-    assert calls == [(delta_rule_chunkwise, {"mode": "default", "dynamic": False, "fullgraph": True}), ("form",), ("form",)]
+        outs.append(run(mem, h, q, k, v, reset, random_state(mem)))
+    assert calls == [(GatedDeltaNet.memory_read, {"mode": "default", "dynamic": False, "fullgraph": True}),
+                     ("read", True), ("read", True)]
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1]["S"], outs[1][1]["S"])
+    with recording(names={"gated-deltanet.recurrence"}) as seen:
+        run(plugin(compile="default", kernel="torch"), h, q, k, v, reset)
+    assert len(calls) == 3 and len(seen) == 1  # a probe listening: the eager read, which calls it
     with pytest.raises(ValueError, match="gated-deltanet compile='fast'"):
         plugin(compile="fast")

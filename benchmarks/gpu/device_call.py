@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPILED_ROWS = ["gated-deltanet[compile=default]", "deltanet[compile=default]"]
+COMPILED_ROWS = ["gated-deltanet[compile=default]", "deltanet[compile=default]", "gated-deltanet[compile=default,chunk_size=32]"]
 ALSO = [f"--also={row.replace('[', ':').rstrip(']')}" for row in COMPILED_ROWS]
 
 
@@ -40,7 +40,8 @@ class Stage:
     seconds: float
 
 
-def stages(out: Path, dry_run: bool) -> list[list[Stage]]:
+def stages(out: Path, dry_run: bool, checks: Optional[str] = None, evaluate: bool = True,
+           profile: str = "") -> list[list[Stage]]:
     """Groups of stages: the stages of a group run side by side, the groups one after another."""
     py = sys.executable
     if dry_run:
@@ -51,12 +52,14 @@ def stages(out: Path, dry_run: bool) -> list[list[Stage]]:
                 [Stage("gpu", [py, "benchmarks/gpu/gpu.py", "--device", "cpu", "--steps", "1", "--methods",
                                "local,deltanet[compile=eager]", "--also=deltanet:compile=eager", "--out", str(out)], 120)]]
     first = ",".join(["local", *COMPILED_ROWS, "gated-deltanet", "deltanet", "titans-mac", "titans-mag", "*"])
-    return [[Stage("cuda_check", [py, "checks/cuda_check.py", "--out", str(out)], 140),
-             Stage("warmup", [py, "benchmarks/gpu/gpu.py", "--steps", "0", "--peak-tflops", "989", *ALSO, "--methods",
-                              ",".join(["titans-mac", "titans-mag", *COMPILED_ROWS]), "--out", str(out / "warmup")], 140)],
-            [Stage("eval_check", [py, "checks/eval_check.py", "--out", str(out)], 60)],
-            [Stage("gpu", [py, "benchmarks/gpu/gpu.py", "--steps", "3", *ALSO, "--methods", first, "--max-seconds", "90",
-                           "--profile", "gated-deltanet[compile=default],gated-deltanet,titans-mac", "--out", str(out)], 120)]]
+    only = ["--only", checks] if checks else []
+    groups = [[Stage("cuda_check", [py, "checks/cuda_check.py", *only, "--out", str(out)], 170),
+                Stage("warmup", [py, "benchmarks/gpu/gpu.py", "--steps", "0", "--peak-tflops", "989", *ALSO, "--methods",
+                                ",".join(["titans-mac", "titans-mag", *COMPILED_ROWS]), "--out", str(out / "warmup")], 170)],
+              [Stage("eval_check", [py, "checks/eval_check.py", "--out", str(out)], 60)],
+              [Stage("gpu", [py, "benchmarks/gpu/gpu.py", "--steps", "3", *ALSO, "--methods", first, "--max-seconds", "100",
+                             *(["--profile", profile] if profile else []), "--out", str(out)], 150)]]
+    return [group for group in groups if evaluate or group[0].name != "eval_check"]
 
 
 def launch(stage: Stage, out: Path, env: dict[str, str]) -> tuple[subprocess.Popen, float]:
@@ -97,6 +100,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--dry-run", action="store_true", help="every stage on the CPU at a tiny size (checks the script)")
+    ap.add_argument("--checks", default=None, help="cuda_check's cases (comma-separated; default every one)")
+    ap.add_argument("--no-eval", action="store_true", help="leave out the eval_check stage")
+    ap.add_argument("--profile", default="", help="gpu.py rows to profile for one more step each (slow: ~10 s a row)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -108,7 +114,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                                                       env.get("PYTHONPATH", "")]))
     began = time.monotonic()
     environment(env)
-    failed = sum(run_together(group, args.out, env) for group in stages(args.out, args.dry_run))
+    failed = sum(run_together(group, args.out, env) for group in stages(args.out, args.dry_run, args.checks, not args.no_eval,
+                                                                     args.profile))
     print(f"device call: {time.monotonic() - began:.0f} s, {failed} stage(s) failed; rows in {args.out}", flush=True)
     return failed
 

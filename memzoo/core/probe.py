@@ -17,6 +17,11 @@ def probe(name: str, **values: Any) -> None:
         listener(name, values)
 
 
+def listening() -> bool:
+    """Whether any listener is recording (a compiled path, which cannot call out, then runs eagerly)."""
+    return bool(_listeners)
+
+
 @contextmanager
 def recording(listener: Optional[Listener] = None,
               names: Optional[set[str]] = None) -> Iterator[list[tuple[str, dict[str, Any]]]]:

@@ -153,8 +153,7 @@ def chunkwise(kernel: str, gated: bool, torch_form: Callable[..., tuple[Tensor, 
     PyTorch runs from then on for this device and dtype."""
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, g, beta, s0))
     key = (gated, str(q.device), q.dtype, backward)
-    failed = FAILED.get(key) if kernel == "auto" else None
-    choice = torch_fallback(gated, failed) if failed else choose(kernel, gated, q.device, q.dtype, backward)
+    choice = plan(kernel, gated, q.device, q.dtype, backward)
     if choice.run is not None:
         try:
             if backward and kernel == "auto" and key not in BACKWARD_TRIED:
@@ -174,6 +173,12 @@ def chunkwise(kernel: str, gated: bool, torch_form: Callable[..., tuple[Tensor, 
 
 
 BACKWARD_TRIED: set[tuple] = set()
+
+
+def plan(kernel: str, gated: bool, device: torch.device, dtype: torch.dtype, backward: bool) -> KernelChoice:
+    """`choose`, except that under kernel=auto a path whose fla call raised before runs PyTorch."""
+    failed = FAILED.get((gated, str(device), dtype, backward)) if kernel == "auto" else None
+    return torch_fallback(gated, failed) if failed else choose(kernel, gated, device, dtype, backward)
 
 
 def try_backward(run: Callable[..., tuple[Tensor, Tensor]], q: Tensor, k: Tensor, v: Tensor, g: Tensor,

@@ -44,7 +44,7 @@ from memzoo.core.compiled import check_compile_mode, compiled
 from memzoo.core.config import ModelConfig
 from memzoo.core.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
 from memzoo.core.plugins import register_memory
-from memzoo.core.probe import probe
+from memzoo.core.probe import listening, probe
 from memzoo.memories import fla_kernels
 
 
@@ -54,7 +54,7 @@ class GatedDeltaNetConfig:
     chunk_size: int = 64  # C of the chunkwise form (the segment length when that is shorter)
     chunkwise: bool = True  # False: the per-token loop (the reference; same values)
     kernel: str = "auto"  # the chunkwise form: fla's fused kernels on CUDA where they run, else PyTorch ("fla", "torch": force)
-    compile: str = "eager"  # PyTorch's chunkwise form through torch.compile (default | reduce-overhead | ...): speed only
+    compile: str = "eager"  # the memory read (conv, gates, PyTorch's chunkwise form, norm) through torch.compile: speed only
     conv_size: int = 4  # short depthwise causal conv on q, k, v (0: none); its last conv_size - 1 inputs are state
     gate_rank: int = 16  # rank of the output gate's W_g = W_up W_down (d_model -> r -> H·D)
     norm_eps: float = 1e-5  # RMSNorm of the readout, per head
@@ -241,24 +241,49 @@ class GatedDeltaNet(LayerMemory):
         a_dot = x.local_attention()  # [B, S, H, N, D] causal softmax within the segment, RoPE inside
         dtype = self.working_dtype(x.q)  # the precision policy: float64 stays, narrower becomes float32
         with torch.autocast(device_type=x.q.device.type, enabled=False):
-            hidden = x.h.to(dtype)  # [B, S, N, d_model]
-            q, k, v, new_state = self.short_conv(x.q.to(dtype), x.k.to(dtype), x.v.to(dtype), x.reset, state)
-            q, k, v = l2_normalise(F.silu(q)), l2_normalise(F.silu(k)), F.silu(v)  # [B, S, H, N, D]
-            g, beta = self.gates(hidden)  # [B, S, H, N]
-            s0 = state["S"].to(dtype)
-            if self.cfg.chunkwise:
-                torch_form = functools.partial(compiled(delta_rule_chunkwise, self.cfg.compile), chunk_size=self.cfg.chunk_size)
-                o, new_state["S"] = fla_kernels.chunkwise(self.cfg.kernel, self.cfg.gated, torch_form,
-                                                          q, k, v, g, beta, s0, x.reset)
+            if self.fused(x.q.device, dtype):
+                o, new_state = compiled(GatedDeltaNet.memory_read, self.cfg.compile)(self, x.h, x.q, x.k, x.v, x.reset,
+                                                                                    state, True)
             else:
-                o, new_state["S"] = delta_rule_loop(q, k, v, g, beta, s0, x.reset)
-            # the recurrence's inputs and the state it leaves, for a measure that takes the state apart
-            probe("gated-deltanet.recurrence", layer=self.layer_index, q=q, k=k, v=v, g=g, beta=beta, s0=s0,
-                  reset=x.reset, state=new_state["S"], chunk_size=self.cfg.chunk_size)
-            o = o * torch.rsqrt(o.pow(2).mean(dim=-1, keepdim=True) + self.cfg.norm_eps) * self.norm_weight  # RMSNorm per head
-            out_gate = rearrange(self.out_gate(hidden), "b s n (h d) -> b s h n d", h=self.n_heads)
-            o = o * F.silu(out_gate)  # [B, S, H, N, D]
+                o, new_state = self.memory_read(x.h, x.q, x.k, x.v, x.reset, state, False)
         return self.gate(o, a_dot), new_state, zero_loss(x.q)
+
+    def fused(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether the memory read runs as one torch.compile'd function: `compile` asks for it, PyTorch's
+        chunkwise form runs here (fla does not), and no probe listens (it would break the graph)."""
+        if self.cfg.compile == "eager" or not self.cfg.chunkwise or listening():
+            return False
+        backward = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        choice = fla_kernels.plan(self.cfg.kernel, self.cfg.gated, device, dtype, backward)
+        if choice.run is not None:
+            return False
+        fla_kernels.say_once(f"{choice.line}, the whole memory read through torch.compile (mode={self.cfg.compile})")
+        return True
+
+    def memory_read(self, h: Tensor, q: Tensor, k: Tensor, v: Tensor, reset: Tensor, state: State,
+                    fused: bool) -> tuple[Tensor, State]:
+        """The memory's output o [B, S, H, N, D] (before the mixing gate) and its new state: short conv,
+        features, gates, the recurrence, RMSNorm and the output gate, in the working dtype. `fused`: run
+        inside torch.compile (PyTorch's chunkwise form called directly, no probe)."""
+        dtype = self.working_dtype(q)
+        hidden = h.to(dtype)  # [B, S, N, d_model]
+        q, k, v, new_state = self.short_conv(q.to(dtype), k.to(dtype), v.to(dtype), reset, state)
+        q, k, v = l2_normalise(F.silu(q)), l2_normalise(F.silu(k)), F.silu(v)  # [B, S, H, N, D]
+        g, beta = self.gates(hidden)  # [B, S, H, N]
+        s0 = state["S"].to(dtype)
+        if fused:
+            o, new_state["S"] = delta_rule_chunkwise(q, k, v, g, beta, s0, reset, self.cfg.chunk_size)
+        elif self.cfg.chunkwise:
+            torch_form = functools.partial(delta_rule_chunkwise, chunk_size=self.cfg.chunk_size)
+            o, new_state["S"] = fla_kernels.chunkwise(self.cfg.kernel, self.cfg.gated, torch_form, q, k, v, g, beta, s0, reset)
+        else:
+            o, new_state["S"] = delta_rule_loop(q, k, v, g, beta, s0, reset)
+        if not fused:  # the recurrence's inputs and the state it leaves, for a measure that takes the state apart
+            probe("gated-deltanet.recurrence", layer=self.layer_index, q=q, k=k, v=v, g=g, beta=beta, s0=s0,
+                  reset=reset, state=new_state["S"], chunk_size=self.cfg.chunk_size)
+        o = o * torch.rsqrt(o.pow(2).mean(dim=-1, keepdim=True) + self.cfg.norm_eps) * self.norm_weight  # RMSNorm per head
+        out_gate = rearrange(self.out_gate(hidden), "b s n (h d) -> b s h n d", h=self.n_heads)
+        return o * F.silu(out_gate), new_state  # [B, S, H, N, D]
 
     def short_conv(self, q: Tensor, k: Tensor, v: Tensor, reset: Tensor, state: State):
         """The short causal conv over q, k, v together (3·H·D channels), its cache carried in the state."""
