@@ -180,3 +180,21 @@ def test_the_command_reports_then_rewrites_a_stale_block(tmp_path: Path, capsys)
     assert "| `titans-mac` (depth 2) | 0, 1, 2 | 8,192 |" in readme.read_text()
     assert main(["figures", "--root", str(tmp_path / "nowhere")]) == 2
     assert "expected a memzoo checkout" in capsys.readouterr().err
+
+
+def test_gpu_speed_facts_are_the_shipped_measured_rows_and_a_duplicate_is_refused(facts: dict[str, str]) -> None:
+    """gpu-speed.ROW.ratio is the row's tokens/s over local's in the same call (the README quotes them), a
+    changed row moves its fact, and two rows of one method and options are an error, not a silent pick."""
+    from memzoo.publishing.facts import speed_facts
+    from memzoo.publishing.references import load_measured
+
+    rows = load_measured("gpu-speed")
+    row = rows[(rows["method"] == "rmt")].iloc[0]
+    assert facts["gpu-speed.rmt.ratio"] == f"{row['tokens_per_s'] / row['local_tokens_per_s']:.2f}"
+    assert "gpu-speed.local.ratio" not in facts  # the reference of every call has none
+    assert "<!-- fact:gpu-speed.gated-deltanet_compile-default.ratio -->" in (ROOT / "README.md").read_text()
+    moved = rows.astype({"tokens_per_s": float})
+    moved.loc[moved["method"] == "rmt", "tokens_per_s"] = 0.123 * row["local_tokens_per_s"]
+    assert speed_facts(moved)["rmt.ratio"] == "0.12"
+    with pytest.raises(ConfigError, match="two rows of 'rmt'"):
+        speed_facts(pd.concat([rows, rows[rows["method"] == "rmt"]]))

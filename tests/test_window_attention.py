@@ -252,6 +252,107 @@ def test_xl_cache_holds_what_left_the_window(cache: str) -> None:
     assert XLConfig().beyond_window is True
 
 
+@pytest.mark.parametrize("cmem_len, rate, beyond, plain", [
+    (0, 1, range(3 * N - (W + 6 - 1), 3 * N + 1), range(3 * N - 6, 3 * N + 1)),  # the FIFO alone: XL's reach
+    # M = 4, two compressed slots of c = 2 (mean), worked by hand for t = 18 (N = 6, W = 4): with the window
+    # the FIFO of 4 + 3 holds 11..17 (11..14 attended), 10 waits in the pending buffer, cm holds (6,7), (8,9);
+    # without it the FIFO holds 14..17, cm (10,11), (12,13)
+    (2, 2, range(6, 3 * N + 1), range(10, 3 * N + 1)),
+])
+def test_compressive_memories_hold_what_left_the_window(cmem_len: int, rate: int, beyond: range, plain: range) -> None:
+    """1-layer Compressive on the window: every part (FIFO, pending, compressed) sits behind the window
+    with beyond_window, so the segment's first query reaches W - 1 positions further; without it the
+    FIFO repeats the window."""
+    mem_len = 6 if cmem_len == 0 else 4
+    x = byte_tokens(s=4)
+    opts = {"mem_len": mem_len, "cmem_len": cmem_len, "compression_rate": rate, "compression": "mean"}
+    assert reach_positions(model("compressive", layers=1, options=opts), 3 * N, x) == set(beyond)
+    assert reach_positions(model("compressive", layers=1, options={**opts, "beyond_window": False}), 3 * N, x) == set(plain)
+
+
+def attended_positions(m: MemoryModel, read, state) -> list[float]:
+    """The positions of the cache a memory's attention gets as its prefix, row 0 (`read(x, state)` calls x.attend)."""
+    from types import SimpleNamespace
+
+    seen = {}
+    z = torch.zeros(B, m.cfg.n_heads, N, m.cfg.d_head, dtype=torch.float64)
+
+    def attend(q, k, v, prefix=None):
+        seen["pos"] = prefix.pos
+        return z
+
+    x = SimpleNamespace(q=z, k=z, v=z, h=torch.zeros(B, N, m.cfg.d_model, dtype=torch.float64), attend=attend,
+                        project_kv=lambda h: (h[:, None], h[:, None]))
+    read(x, state)
+    pos = seen["pos"]
+    return (pos if pos.dim() == 1 else pos[0]).tolist()
+
+
+def shut_knn_read(m: MemoryModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memorizing's kNN gate shut (b = -1e4: sigmoid is 0 in float64): what is left is its XL cache."""
+    with torch.no_grad():
+        m.memories[0].gate.beta.fill_(-1e4)
+
+
+def zero_ltm_read(m: MemoryModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ∞-former's long-term read zeroed (it reaches further than the STM): what is left is the STM."""
+    from memzoo.memories.infty_former import InftyFormer
+
+    real = InftyFormer.long_term
+
+    def no_read(self, q, *args, **kw):
+        z, *rest = real(self, q, *args, **kw)
+        return (z * 0, *rest)
+
+    monkeypatch.setattr(InftyFormer, "long_term", no_read)
+
+
+@pytest.mark.parametrize("method, options, read, isolate, slot", [
+    ("memorizing", {"store_size": 4, "top_k": 2}, "local", shut_knn_read, lambda c: 2 * c.n_heads * c.d_head),
+    ("infty-former", {"n_basis": 8, "n_samples": 8}, "short_term", zero_ltm_read, lambda c: c.d_model),
+])
+def test_caches_of_the_previous_positions_hold_what_left_the_window(method, options, read, isolate, slot,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memorizing's XL cache and the ∞-former's STM (M = 6) on the window, 1 layer, the other read off:
+    the first query of segment 3 reaches t-(W+M-1) .. t with beyond_window and t-M .. t without; the
+    measured state (cache with its delay line) is the footprint; the cache of 6 + 3 holds 9..17 and the
+    attention gets 9..14 at -9 .. -4 (the delay line, the window's, is not attended)."""
+    mem_len, t = 6, 3 * N
+    x = byte_tokens(s=4)
+    for beyond, expected in ((True, range(t - (W + mem_len - 1), t + 1)), (False, range(t - mem_len, t + 1))):
+        m = model(method, layers=1, options={**options, "mem_len": mem_len, "beyond_window": beyond})
+        isolate(m, monkeypatch)
+        assert reach_positions(m, t, x) == set(expected)
+    monkeypatch.undo()
+    m = model(method, options={**options, "mem_len": mem_len})
+    parts = m.spec.cls.footprint(m.memory_cfg, m.cfg, 3 * N)
+    with torch.no_grad():
+        state = m(byte_tokens()).state
+        assert state_numbers(state.all(), B) == parts["total"]
+        assert attended_positions(m, getattr(m.memories[0], read), state.layers[0]) == [-9, -8, -7, -6, -5, -4]
+    assert parts["window_delay"] == slot(m.cfg) * (W - 1) * 2
+
+
+def test_compressive_footprint_and_lookback_with_the_window() -> None:
+    """Compressive's measured state (FIFO with its delay line, pending, compressed) equals its footprint."""
+    opts = {"mem_len": 4, "cmem_len": 2, "compression_rate": 2, "compression": "mean"}
+    m = model("compressive", options=opts)
+    with torch.no_grad():
+        state = m(byte_tokens()).state
+    parts = m.spec.cls.footprint(m.memory_cfg, m.cfg, 3 * N)
+    assert state_numbers(state.all(), B) == parts["total"] and parts["window_delay"] == m.cfg.d_model * (W - 1) * 2
+    assert m.spec.cls.lookback(m.memory_cfg, m.cfg) == [4 + W - 1 + 2 * 2] * 2
+    # the positions attended after three segments (hand-worked above): FIFO -(W-1)-4 .. -W, pending
+    # -(W-1)-5, compressed slots at their pairs' centres behind it
+    from types import SimpleNamespace
+
+    layer = m.memories[0]
+    x = SimpleNamespace(q=torch.zeros(1, dtype=torch.float64), h=torch.zeros(1, dtype=torch.float64),
+                        project_kv=lambda h: (h[:, None], h[:, None]))
+    prefix = layer.memory_prefix(x, {k: v for k, v in state.layers[0].items()})
+    assert prefix.pos[0].tolist() == [-11.5, -9.5, -8.0, -7.0, -6.0, -5.0, -4.0]
+
+
 def test_xl_footprint_and_lookback_with_the_window() -> None:
     """XL's measured state (cache + delay line) equals its analytic footprint; its lookback is M + W - 1."""
     opts = {"mem_len": 6, "cache": "hidden"}

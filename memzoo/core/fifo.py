@@ -131,6 +131,19 @@ def kv_prefix(cache: State) -> KVPrefix | None:
     )
 
 
+def delayed(cache: State, attended: int, delay: int) -> State:
+    """The `attended` oldest slots of a FIFO whose `delay` newest slots are not read (a cache behind the
+    backbone's window: memzoo.core.window.beyond_window_delay); the cache itself when delay is 0."""
+    return {name: t[:, :attended] for name, t in cache.items()} if delay else cache
+
+
+def shifted(prefix: KVPrefix | None, delay: int) -> KVPrefix | None:
+    """A prefix read from `delayed` slots, moved `delay` positions further back (behind the delay line)."""
+    if prefix is None or not delay:
+        return prefix
+    return KVPrefix(prefix.k, prefix.v, prefix.pos - delay, prefix.valid)
+
+
 def push_kv(cache: State, k: Tensor, v: Tensor) -> tuple[State, State]:
     """Append a segment's keys and values (k, v [B, H, N, D]) with gradient stopped, in the cache's dtype."""
     new = {"k": k.transpose(1, 2).detach(), "v": v.transpose(1, 2).detach()}  # [B, N, H, D]; fifo_push casts

@@ -54,6 +54,12 @@ def carried_len(span: int) -> int:
     return max(span - 1, 0)
 
 
+def beyond_window_delay(span: int, beyond_window: bool, uses_window: bool = True) -> int:
+    """Slots of a cache's delay line when it holds what has LEFT a window of span W (`beyond_window`):
+    the W - 1 newest positions it keeps but never attends, since the window shows them; else 0."""
+    return carried_len(span) if beyond_window and uses_window else 0
+
+
 def window_init(batch_size: int, span: int, n_heads: int, d_head: int, device: torch.device,
                 dtype: torch.dtype) -> WindowState:
     """An empty window for `batch_size` rows: C slots of keys and values, all invalid."""

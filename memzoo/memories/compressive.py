@@ -49,9 +49,14 @@ attended follow the states held, not mem_len + cmem_len. State follows the preci
 row ("table1": the paper's d_model × (n_cm + n_m) × l, without the pending buffer).
 
 Backbone window (model.attention_span = W > 0, memzoo.core.window): the window's keys are prepended
-to this memory's [cm; m; segment] attention. The FIFO m still holds the last mem_len positions, so
-its newest W - 1 positions repeat the window's (twice in the softmax). TODO: hold what has left the
-window, as xl.py's `beyond_window` does.
+to this memory's [cm; p; m; segment] attention. `beyond_window` (default True) makes every part hold
+what has LEFT the window, as xl.py's option does: the FIFO gets W - 1 more slots, a delay line whose
+newest W - 1 states are never attended (they are the window's positions; counted in the footprint as
+"window_delay"), so the attended m is the mem_len positions -(W-1)-mem_len .. -W, and the pending
+states and compressed slots sit W - 1 further back than above. What the FIFO evicts is still
+compressed in time order, now W - 1 positions later. beyond_window=False keeps the parts as without
+a window (the FIFO's newest W - 1 states then repeat the window's keys in the softmax). With W = 0
+both are the plain memory.
 """
 from __future__ import annotations
 
@@ -64,9 +69,10 @@ from torch import Tensor, nn
 
 from memzoo.core.attention import KVPrefix
 from memzoo.core.config import ModelConfig
-from memzoo.core.fifo import fifo_init, fifo_push, fifo_reset, filled, slot_positions
+from memzoo.core.fifo import delayed, fifo_init, fifo_push, fifo_reset, filled, slot_positions
 from memzoo.core.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
+from memzoo.core.window import beyond_window_delay
 
 COMPRESSIONS = ("conv", "depthwise-conv", "mean", "max")
 PARTS = ("cmem", "pend", "mem")  # compressed memory, pending (evicted, not yet compressed), FIFO memory: oldest first
@@ -81,6 +87,7 @@ class CompressiveConfig:
     # channel: d_model·c parameters instead of c·d_model², for parameter-matched comparisons) | mean | max
     compression: str = "conv"
     reconstruction_loss: bool = True  # train the conv compressor with the attention-reconstruction loss
+    beyond_window: bool = True  # with model.attention_span W > 0: the memories hold what has left the window
 
 
 class Compressor(nn.Module):
@@ -126,6 +133,8 @@ class CompressiveTransformer(LayerMemory):
     """Attention over [compressed memory; FIFO memory; segment]; evicted states compressed at rate c."""
 
     gradient_through_state = False  # both memories are SG(·), as in the paper
+    # folders saved before the option: no window, where beyond_window changes nothing (hashed as absent)
+    legacy_options = {"beyond_window": True}
 
     def __init__(self, cfg: CompressiveConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)
@@ -142,12 +151,21 @@ class CompressiveTransformer(LayerMemory):
 
     # ---- state -----------------------------------------------------------------------------
     def _capacities(self) -> dict[str, int]:
+        """Slots of each part as attended (the FIFO's delay line, if any, excluded)."""
         return {"mem": self.cfg.mem_len, "cmem": self.cfg.cmem_len, "pend": self.rate - 1}
 
+    @classmethod
+    def delay(cls, cfg: CompressiveConfig, model: ModelConfig) -> int:
+        """The FIFO's delay line: W - 1 slots with the window and beyond_window, else 0."""
+        return beyond_window_delay(model.attention_span, cfg.beyond_window, cls.uses_window)
+
     def initial_state(self, batch_size: int, device: torch.device) -> State:
-        """Per part: slots [B, C, d_model] (oldest first; the policy's state dtype) and a bool `<part>_valid` [B, C]."""
+        """Per part: slots [B, C, d_model] (oldest first; the policy's state dtype) and a bool `<part>_valid` [B, C]
+        (the FIFO's C includes the delay line)."""
         state: State = {}
+        delay = self.delay(self.cfg, self.model_cfg)
         for part, capacity in self._capacities().items():
+            capacity += delay if part == "mem" else 0
             buf = fifo_init(batch_size, capacity, {"h": (self.model_cfg.d_model,)}, device, self.state_dtype())
             state[part], state[f"{part}_valid"] = buf["h"], buf["valid"]
         return state
@@ -163,17 +181,20 @@ class CompressiveTransformer(LayerMemory):
     @classmethod
     def lookback(cls, cfg: CompressiveConfig, model: ModelConfig) -> list[int]:
         """The FIFO, the pending buffer (c - 1 at most; always empty when c divides the segment length)
-        and the compressed slots (c positions each)."""
+        and the compressed slots (c positions each), behind the delay line with the window."""
         c = int(cfg.compression_rate)
         pending = c - 1 if model.segment_len % c else 0
-        return [int(cfg.mem_len) + pending + int(cfg.cmem_len) * c] * model.n_layers
+        return [int(cfg.mem_len) + cls.delay(cfg, model) + pending + int(cfg.cmem_len) * c] * model.n_layers
 
     @classmethod
     def footprint(cls, cfg: CompressiveConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
-        """Fixed-size buffers: independent of tokens_seen."""
+        """Fixed-size buffers: independent of tokens_seen. With the window's delay line (beyond_window,
+        W > 0) "total" adds its W - 1 slots per layer ("window_delay")."""
         table1 = model.d_model * (cfg.cmem_len + cfg.mem_len) * model.n_layers
         pending = model.d_model * (cfg.compression_rate - 1) * model.n_layers
-        return {"total": table1 + pending, "table1": table1, "pending": pending}
+        delay = model.d_model * cls.delay(cfg, model) * model.n_layers
+        parts = {"total": table1 + pending + delay, "table1": table1, "pending": pending}
+        return parts | ({"window_delay": delay} if delay else {})
 
     # ---- read --------------------------------------------------------------------------------
     def memory_prefix(self, x: SegmentInputs, state: State) -> KVPrefix:
@@ -183,16 +204,19 @@ class CompressiveTransformer(LayerMemory):
         keeps the position of its place in the whole buffer.
         """
         c, n_cm, n_m = self.rate, self.cfg.cmem_len, self.cfg.mem_len
-        parts = {part: filled(self._part(state, part)) for part in PARTS}  # {part: h [B, F, d], valid [B, F]}
+        delay = self.delay(self.cfg, self.model_cfg)  # W - 1 newest FIFO slots: the window's, not attended
+        attended = {part: delayed(self._part(state, part), n_m, delay if part == "mem" else 0) for part in PARTS}
+        parts = {part: filled(buf) for part, buf in attended.items()}  # {part: h [B, F, d], valid [B, F]}
         first = {part: capacity - parts[part]["valid"].shape[1] for part, capacity in self._capacities().items()}
         dev = state["pend_valid"].device
         pending = state["pend_valid"].sum(dim=1, keepdim=True)  # [B, 1]: p, states between cm and m
+        back = n_m + delay  # m's oldest slot sits at -back
         # compressed slots kept, counted in the policy's dtype: the positions are half-integers, exact in either
         j = torch.arange(first["cmem"], n_cm, device=dev, dtype=self.working_dtype(x.q))
-        cm_pos = -(n_m + pending) - (n_cm - 1 - j) * c - (c + 1) / 2  # [B, F_cm]: group centres
+        cm_pos = -(back + pending) - (n_cm - 1 - j) * c - (c + 1) / 2  # [B, F_cm]: group centres
         i = torch.arange(first["pend"], c - 1, device=dev)  # pending slots kept (newest last)
-        pend_pos = (-n_m - (c - 1 - i)).expand(pending.shape[0], -1)  # [B, F_p]: just before m
-        m_pos = slot_positions(n_m, dev)[first["mem"]:].expand(pending.shape[0], -1)  # [B, F_m]: -F_m .. -1
+        pend_pos = (-back - (c - 1 - i)).expand(pending.shape[0], -1)  # [B, F_p]: just before m
+        m_pos = slot_positions(n_m, dev, offset=delay)[first["mem"]:].expand(pending.shape[0], -1)  # [B, F_m]
         h = torch.cat([parts[part]["h"] for part in PARTS], dim=1)  # [B, F_cm + F_p + F_m, d]
         k, v = x.project_kv(h.to(x.h.dtype))  # [B, H, F_cm + F_p + F_m, D]
         return KVPrefix(

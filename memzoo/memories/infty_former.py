@@ -68,9 +68,11 @@ Choices where the paper is silent or where we follow the authors' code (also in 
   whatever the autocast dtype, float64 in a float64 model).
 
 Backbone window (model.attention_span = W > 0, memzoo.core.window): the window's keys are prepended
-to the [STM; segment] attention. With mem_len > 0 the STM still holds the last mem_len positions,
-so its newest W - 1 repeat the window's (twice in the softmax); the LTM is fed as before. TODO: an
-STM beyond the window, as xl.py's `beyond_window`.
+to the [STM; segment] attention. With mem_len > 0, `beyond_window` (default True) makes the STM hold
+what has LEFT the window, as xl.py's option does: mem_len positions -(W-1)-mem_len .. -W, the W - 1
+newest waiting in a never-attended delay line (the footprint's "window_delay"); what the STM evicts
+enters the LTM as before, W - 1 positions later. beyond_window=False keeps the STM as without a
+window (its newest W - 1 then repeat the window's keys). mem_len = 0 has no STM and no delay line.
 """
 from __future__ import annotations
 
@@ -84,9 +86,10 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from memzoo.core.config import ModelConfig
-from memzoo.core.fifo import fifo_init, fifo_push, hidden_prefix
+from memzoo.core.fifo import delayed, fifo_init, fifo_push, hidden_prefix, shifted
 from memzoo.core.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
+from memzoo.core.window import beyond_window_delay
 
 KV_WEIGHTS = ("own", "layer")
 ProjectKV = Callable[[Tensor], tuple[Tensor, Tensor]]
@@ -95,6 +98,7 @@ ProjectKV = Callable[[Tensor], tuple[Tensor, Tensor]]
 @dataclass
 class InftyFormerConfig:
     mem_len: int = 2048  # L_STM: positions in the short-term memory (paper: as long as the segment; 0 = none)
+    beyond_window: bool = True  # with model.attention_span W > 0: the STM holds what has left the window
     n_basis: int = 512  # N Gaussian RBFs (split evenly over basis_widths)
     basis_widths: list[float] = field(default_factory=lambda: [0.01, 0.05])  # σ_i of the RBFs
     tau: float = 0.75  # τ: the old signal is contracted into [0, τ]
@@ -220,6 +224,8 @@ class InftyFormer(LayerMemory):
     """Attention over [short-term memory; segment] plus a continuous read of what left the STM."""
 
     gradient_through_state = False  # B is carried detached (authors' code)
+    # folders saved before the option: no window, where beyond_window changes nothing (hashed as absent)
+    legacy_options = {"beyond_window": True}
 
     def __init__(self, cfg: InftyFormerConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)
@@ -248,22 +254,32 @@ class InftyFormer(LayerMemory):
     # -- state --
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
-        """LTM: B [B, N, d] and `written` [B]; STM (mem_len > 0): `stm` [B, C, d] and `stm_valid` [B, C]."""
+        """LTM: B [B, N, d] and `written` [B]; STM (mem_len > 0): `stm` [B, C, d] and `stm_valid` [B, C]
+        (C = mem_len plus the delay line)."""
         state = {
             "B": torch.zeros(batch_size, self.cfg.n_basis, self.d_model, device=device, dtype=self.state_dtype()),  # [B, N, d]
             "written": torch.zeros(batch_size, dtype=torch.bool, device=device),  # [B] anything stored yet
         }
         if self.cfg.mem_len > 0:
-            stm = fifo_init(batch_size, self.cfg.mem_len, {"h": (self.d_model,)}, device, self.state_dtype())
+            capacity = self.cfg.mem_len + self.delay(self.cfg, self.model_cfg)
+            stm = fifo_init(batch_size, capacity, {"h": (self.d_model,)}, device, self.state_dtype())
             state["stm"], state["stm_valid"] = stm["h"], stm["valid"]
         return state
 
     @classmethod
     def footprint(cls, cfg: InftyFormerConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
-        """B (n_basis × d_model) plus the STM's mem_len hidden states (d_model each), per layer."""
+        """B (n_basis × d_model) plus the STM's mem_len hidden states (d_model each), per layer, and the
+        STM's delay line behind the window ("window_delay")."""
         long_term = cfg.n_basis * model.d_model * model.n_layers
         short_term = cfg.mem_len * model.d_model * model.n_layers
-        return {"total": long_term + short_term, "long_term": long_term, "short_term": short_term}
+        delay = cls.delay(cfg, model) * model.d_model * model.n_layers
+        parts = {"total": long_term + short_term + delay, "long_term": long_term, "short_term": short_term}
+        return parts | ({"window_delay": delay} if delay else {})
+
+    @classmethod
+    def delay(cls, cfg: InftyFormerConfig, model: ModelConfig) -> int:
+        """The STM's delay line: W - 1 slots with the window, beyond_window and an STM, else 0."""
+        return beyond_window_delay(model.attention_span, cfg.beyond_window and cfg.mem_len > 0, cls.uses_window)
 
     # -- write --
 
@@ -381,7 +397,9 @@ class InftyFormer(LayerMemory):
         Returns (heads [B, H, N, D], STM state_s, evicted h [B, N, d], evicted counts [B]).
         """
         stm, valid = state["stm"], state["stm_valid"]  # [B, C, d], [B, C]
-        prefix = hidden_prefix({"h": stm, "valid": valid}, x.project_kv, x.h.dtype)  # filled slots, slot i at i − F
+        delay = self.delay(self.cfg, self.model_cfg)  # the newest W - 1 are the window's: not attended
+        attended = delayed({"h": stm, "valid": valid}, self.cfg.mem_len, delay)
+        prefix = shifted(hidden_prefix(attended, x.project_kv, x.h.dtype), delay)  # filled slots, slot i at i − F − delay
         out = x.attend(x.q, x.k, x.v, prefix=prefix)  # [B, H, N, D]
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             kept, evicted = fifo_push({"h": stm, "valid": valid}, {"h": x.h.detach()})  # cast to the STM's dtype

@@ -49,9 +49,12 @@ State follows the precision policy (float32 under any autocast dtype, float64 in
 masks are bool bookkeeping.
 
 Backbone window (model.attention_span = W > 0, memzoo.core.window): the window's keys are prepended
-to every layer's [XL cache; segment] attention. The XL caches still hold the last mem_len positions,
-so their newest W - 1 repeat the window's (twice in the softmax); the kNN store is unchanged. TODO:
-caches beyond the window, as xl.py's `beyond_window`.
+to every layer's [XL cache; segment] attention. `beyond_window` (default True) makes every XL cache
+hold what has LEFT the window, as xl.py's option does: mem_len positions -(W-1)-mem_len .. -W, the
+W - 1 newest waiting in a delay line that is never attended (counted in the footprint as
+"window_delay"). beyond_window=False keeps the caches as without a window (their newest W - 1 then
+repeat the window's keys). The kNN store is the paper's either way: every past key up to store_size,
+the window's and the caches' included (the paper's store also holds what its XL cache holds).
 """
 from __future__ import annotations
 
@@ -65,10 +68,12 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from memzoo.core.config import ModelConfig
-from memzoo.core.fifo import fifo_init, fifo_push_filled, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv
+from memzoo.core.fifo import (delayed, fifo_init, fifo_push_filled, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv,
+                              shifted)
 from memzoo.core.memory import HeadGate, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
 from memzoo.core.probe import probe
+from memzoo.core.window import beyond_window_delay
 
 BACKENDS = ("exact", "faiss")
 
@@ -85,6 +90,7 @@ class MemorizingConfig:
     scale_init: Optional[float] = None  # memory-path temperature τ at init; None: sqrt(d_head)
     scale_lr_mult: float = 1.0  # learning-rate multiplier for log τ (no weight decay)
     knn_backend: str = "exact"  # exact (matrix product + top-k) | faiss (optional package)
+    beyond_window: bool = True  # with model.attention_span W > 0: the XL caches hold what has left the window
 
 
 def knn_layer_index(cfg: MemorizingConfig, model: ModelConfig) -> int:
@@ -183,6 +189,8 @@ class MemorizingXL(LayerMemory):
     """A layer of the Memorizing Transformer without the store: attention over [XL cache; segment]."""
 
     gradient_through_state = False  # XL caches and the kNN store are stop-gradient by design
+    # folders saved before the option: no window, where beyond_window changes nothing (hashed as absent)
+    legacy_options = {"beyond_window": True}
 
     def __init__(self, cfg: MemorizingConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)
@@ -206,8 +214,9 @@ class MemorizingXL(LayerMemory):
 
     @classmethod
     def lookback(cls, cfg: MemorizingConfig, model: ModelConfig) -> list[int]:
-        """Every layer's XL cache; the kNN layer's store of the last store_size positions beside it."""
-        out = [int(cfg.mem_len)] * model.n_layers
+        """Every layer's XL cache (behind the window's W - 1 with beyond_window); the kNN layer's store of
+        the last store_size positions beside it."""
+        out = [int(cfg.mem_len) + cls.delay(cfg, model)] * model.n_layers
         knn = knn_layer_index(cfg, model)
         out[knn] = max(out[knn], int(cfg.store_size))
         return out
@@ -218,12 +227,21 @@ class MemorizingXL(LayerMemory):
         per_slot = (model.d_head + model.d_head) * model.n_heads  # (d_key + d_value) × H
         store = per_slot * cfg.store_size
         caches = per_slot * cfg.mem_len * model.n_layers
-        return {"total": store + caches, "store": store, "xl_caches": caches}
+        delay = per_slot * cls.delay(cfg, model) * model.n_layers
+        parts = {"total": store + caches + delay, "store": store, "xl_caches": caches}
+        return parts | ({"window_delay": delay} if delay else {})
+
+    @classmethod
+    def delay(cls, cfg: MemorizingConfig, model: ModelConfig) -> int:
+        """Slots of each XL cache's delay line: W - 1 with the window and beyond_window (and a cache), else 0."""
+        return beyond_window_delay(model.attention_span, cfg.beyond_window and int(cfg.mem_len) > 0, cls.uses_window)
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
-        """An empty XL cache: cache_k, cache_v [B, mem_len, H, D] (the policy's state dtype), cache_valid [B, mem_len]."""
+        """An empty XL cache: cache_k, cache_v [B, C, H, D] (the policy's state dtype), cache_valid [B, C],
+        C = mem_len plus the delay line."""
         shapes = kv_slot_shapes(self.n_heads, self.d_head)
-        return prefixed("cache_", fifo_init(batch_size, self.cfg.mem_len, shapes, device, self.state_dtype()))
+        capacity = self.cfg.mem_len + self.delay(self.cfg, self.model_cfg)
+        return prefixed("cache_", fifo_init(batch_size, capacity, shapes, device, self.state_dtype()))
 
     def reset_rows(self, state: State, rows: Tensor) -> State:
         """A document start empties the row's buffers (every `*valid` mask cleared for that row)."""
@@ -231,8 +249,9 @@ class MemorizingXL(LayerMemory):
 
     def local(self, x: SegmentInputs, state: State) -> tuple[Tensor, State]:
         """Causal attention over [XL cache; segment] with RoPE, then push the segment (SG) into the cache."""
-        cache = substate(state, "cache_")
-        out = x.attend(x.q, x.k, x.v, prefix=kv_prefix(cache))  # [B, H, N, D]: the filled slots only
+        cache, delay = substate(state, "cache_"), self.delay(self.cfg, self.model_cfg)
+        prefix = shifted(kv_prefix(delayed(cache, self.cfg.mem_len, delay)), delay)  # behind the window's W - 1
+        out = x.attend(x.q, x.k, x.v, prefix=prefix)  # [B, H, N, D]: the filled slots only
         cache, _ = push_kv(cache, x.k, x.v)
         return out, {**state, **prefixed("cache_", cache)}
 

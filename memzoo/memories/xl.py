@@ -49,10 +49,11 @@ from torch import Tensor
 
 from memzoo.core.attention import KVPrefix
 from memzoo.core.config import ModelConfig
-from memzoo.core.fifo import fifo_init, fifo_push, fifo_reset, hidden_prefix, kv_prefix, kv_slot_shapes, push_kv
+from memzoo.core.fifo import (delayed, fifo_init, fifo_push, fifo_reset, hidden_prefix, kv_prefix, kv_slot_shapes, push_kv,
+                              shifted)
 from memzoo.core.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
-from memzoo.core.window import carried_len
+from memzoo.core.window import beyond_window_delay
 
 CACHES = ("kv", "hidden")
 
@@ -89,7 +90,7 @@ class TransformerXL(LayerMemory):
     @classmethod
     def delay(cls, cfg: XLConfig, model: ModelConfig) -> int:
         """Slots of the delay line before the attended cache: W - 1 with the window and beyond_window, else 0."""
-        return carried_len(model.attention_span) if cfg.beyond_window and cls.uses_window else 0
+        return beyond_window_delay(model.attention_span, cfg.beyond_window, cls.uses_window)
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """mem_len + delay empty slots per row ([B, C, H, D] or [B, C, d_model], the policy's state dtype) and `valid` [B, C]."""
@@ -121,15 +122,10 @@ class TransformerXL(LayerMemory):
         """The memory as keys/values before the segment (no positional encoding stored): the oldest
         mem_len slots, shifted before the window by the delay line's length."""
         delay = self.delay(self.cfg, self.model_cfg)
-        if delay:
-            state = {name: t[:, : self.cfg.mem_len] for name, t in state.items()}  # the delay line is not attended
+        state = delayed(state, self.cfg.mem_len, delay)  # the delay line is not attended
         if self.cfg.cache == "kv":
-            prefix = kv_prefix(state)
-        else:
-            prefix = hidden_prefix(state, x.project_kv, x.h.dtype)  # current W_K, W_V on the cached hidden states
-        if prefix is None or not delay:
-            return prefix
-        return KVPrefix(prefix.k, prefix.v, prefix.pos - delay, prefix.valid)
+            return shifted(kv_prefix(state), delay)
+        return shifted(hidden_prefix(state, x.project_kv, x.h.dtype), delay)  # current W_K, W_V on the cached states
 
     def segment(self, x: SegmentInputs, state: State) -> tuple[Tensor, State, Tensor]:
         """Attend over [memory_s; segment] (causal), then push the segment into the memory (SG)."""

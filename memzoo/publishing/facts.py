@@ -10,6 +10,10 @@ Quantities per method of a bits-per-byte suite (paired by seed, 95% t half-width
   buys, buys_mean    what the memory buys: reset before every segment minus read, segments >= 1
   headroom           headroom recovered on segments >= 1 with its Fieller interval
   sig_after          "after Holm" or "not after Holm": the test of `after` over every method
+
+Measured rows (memzoo.publishing.references.MEASURED) give facts too: `gpu-speed.ROW.ratio` (training
+tokens/s over local's in the same call, "0.31"), `.peak_gb` and `.card`, ROW the method with its options
+("gated-deltanet_compile-default").
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from memzoo.analysis import headroom_recovered, memory_ablation, memory_gain, su
 from memzoo.analysis.beyond_window import ceiling_check, seed_gains, window_summary
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
-from memzoo.publishing.references import load_references
+from memzoo.publishing.references import MEASURED, load_measured, load_references
 from memzoo.publishing.tables import MINUS, interval, ratio_cell, signed, with_ceiling
 
 FACT = re.compile(r"<!-- fact:(?P<name>[a-z0-9.+_-]+) -->(?P<body>.*?)<!-- /fact -->")
@@ -104,14 +108,37 @@ FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {
 }
 
 
+def speed_facts(rows: pd.DataFrame) -> dict[str, str]:
+    """ROW.ratio, ROW.peak_gb and ROW.card of measured GPU speed rows (ROW: method and options, slugged;
+    local, the reference of each call, has none)."""
+    out: dict[str, str] = {}
+    for r in rows.to_dict("records"):
+        if r["method"] == REFERENCE:  # 1 by definition, and in every call
+            continue
+        row = slug(" ".join([r["method"], *filter(None, str(r["options"]).split(","))]))
+        if f"{row}.ratio" in out:
+            raise ConfigError(f"gpu-speed: two rows of {row!r}; one measurement per method and options")
+        out[f"{row}.ratio"] = f"{r['tokens_per_s'] / r['local_tokens_per_s']:.2f}"
+        out[f"{row}.peak_gb"] = f"{r['peak_cuda_mb'] / 1024:.0f}"
+        out[f"{row}.card"] = str(r["card"])
+    return out
+
+
+MEASURED_FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {"gpu-speed": speed_facts}
+
+
 def all_facts(rows: Optional[dict[str, pd.DataFrame]] = None) -> dict[str, str]:
-    """SUITE.METHOD.QUANTITY -> text for every shipped suite with facts (rows: suite -> rows to use instead)."""
+    """SUITE.METHOD.QUANTITY -> text for every shipped suite with facts (rows: suite -> rows to use
+    instead), and for the shipped measurements."""
     rows = rows or {}
     out: dict[str, str] = {}
     for suite, make in FACTS.items():
         data = rows[suite] if suite in rows else load_references(suite)
         if not data.empty:
             out |= {f"{suite}.{name}": text for name, text in make(data).items()}
+    for name in MEASURED:
+        data = rows[name] if name in rows else load_measured(name)
+        out |= {f"{name}.{fact}": text for fact, text in MEASURED_FACTS[name](data).items()}
     return out
 
 
@@ -120,5 +147,5 @@ def render_facts(text: str, facts: dict[str, str], where: str = "page") -> str:
     unknown = sorted({m.group("name") for m in FACT.finditer(text)} - set(facts))
     if unknown:
         raise ConfigError(f"{where}: unknown fact(s) {unknown}; a fact is SUITE.METHOD.QUANTITY of a suite in "
-                          f"memzoo.publishing.facts.FACTS ({sorted(FACTS)})")
+                          f"memzoo.publishing.facts.FACTS ({sorted(FACTS)}) or of {sorted(MEASURED_FACTS)}")
     return FACT.sub(lambda m: f"<!-- fact:{m.group('name')} -->{facts[m.group('name')]}<!-- /fact -->", text)

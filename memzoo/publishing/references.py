@@ -61,6 +61,17 @@ def load_references(suite: str) -> pd.DataFrame:
     return pd.read_parquet(path) if path.is_file() else pd.DataFrame()
 
 
+MEASURED = ("gpu-speed",)  # device measurements shipped as CSV rows (benchmarks/gpu/gpu.py), not suite runs
+
+
+def load_measured(name: str) -> pd.DataFrame:
+    """Shipped device measurements (memzoo/references/NAME.csv), e.g. 'gpu-speed': training tokens/s per
+    method at the paper-gpu backbone, each with the ratio to `local` measured in the same call."""
+    if name not in MEASURED:
+        raise ConfigError(f"no shipped measurements {name!r}; expected one of {MEASURED}")
+    return pd.read_csv(references_dir() / f"{name}.csv", keep_default_na=False)
+
+
 def suite_hashes(suite: str, methods: Optional[list[str]] = None) -> dict[str, str]:
     """Run name -> config hash of every run the suite's current config makes (optionally for some methods)."""
     overrides = [f"methods=[{','.join(methods)}]"] if methods else None
