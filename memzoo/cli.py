@@ -3,6 +3,7 @@ babilong, babilong-generate, generate, references, scorecard, figures."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -76,7 +77,7 @@ def _option_value(text: str) -> object:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from memzoo.conformance.check import plugin_memories, run_checks
+    from memzoo.conformance.check import device_checks, plugin_memories, run_checks
     from memzoo.conformance.invariants import INVARIANTS
 
     options: dict = {}
@@ -97,7 +98,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError(f"--only: unknown invariant(s) {unknown}; known: {', '.join(INVARIANTS)}")
     names = plugin_memories(args.plugin)
     results, width = [], max(len(n) for n in names)
-    for r in run_checks(names, options, args.only):
+    checks = run_checks(names, options, args.only)
+    if args.device:
+        checks = itertools.chain(checks, device_checks(names, args.device, options))
+    for r in checks:
         results.append(r)
         if not args.json:
             line = f"{r.memory:{width}s}  {r.invariant:16s}  {r.status}"
@@ -373,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--only", type=lambda t: [x for x in t.split(",") if x], default=None,
                    help="comma-separated invariants to run (default: all)")
     s.add_argument("--json", action="store_true", help="print the results as a JSON list")
+    s.add_argument("--device", default=None, metavar="DEVICE",
+                   help="also run each memory on DEVICE (cuda, cuda:N, cpu) against the float64 CPU oracle in fp32, tf32 "
+                        "and bf16: logits, state and every gradient (memzoo.conformance.device)")
     s.set_defaults(fn=cmd_check)
 
     s = sub.add_parser("footprint", help="state size per method: analytic, card formula, measured")

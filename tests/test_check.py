@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import torch
 
 from memzoo.cli import main
 from memzoo.core.plugins import registered, unregister_memory
@@ -173,3 +174,23 @@ def test_a_precision_failure_names_the_plugins_line_and_the_fix(plugin_file) -> 
     line = next(i for i, text in enumerate(FLOAT32_STATE.splitlines(), 1) if "avg.float()" in text)
     assert f"float_plugin.py:{line}: " in failure.message and "avg.float()" in failure.message, failure.message
     assert "Fix: make tensors from the inputs" in failure.message
+
+
+# (g) right in float64, off by 1% wherever it computes in float32 (as a device would).
+DRIFT32 = mutate("drift-decay", '        out = local + state["avg"][:, :, None]',
+                 '        out = local + state["avg"][:, :, None] * (1.01 if x.q.dtype == torch.float32 else 1.0)')
+
+
+def test_device_rows_hold_a_plugin_to_the_float64_oracle_and_skip_without_cuda(plugin_file, capsys) -> None:
+    """`memzoo check --device cpu`: the README plugin passes fp32, tf32 and bf16 against the float64 CPU
+    oracle; one that drifts in float32 fails device-fp32 (exit 1); --device cuda without a GPU is a SKIP."""
+    from memzoo.conformance.check import device_checks
+
+    good = plugin_memories(str(plugin_file(readme_plugin())))
+    assert statuses(device_checks(good, "cpu")) == {"device-fp32": "PASS", "device-tf32": "PASS", "device-bf16": "PASS"}
+    drift = str(plugin_file(DRIFT32, "drift_plugin"))
+    rows = {r.invariant: r for r in device_checks(plugin_memories(drift), "cpu")}
+    assert rows["device-fp32"].status == "FAIL" and "logits" in rows["device-fp32"].message
+    assert main(["check", drift, "--only", "causality", "--device", "cpu"]) == 1
+    if not torch.cuda.is_available():
+        assert statuses(device_checks(good, "cuda")) == {"device": "SKIP"}

@@ -49,6 +49,28 @@ def run_checks(names: list[str], options: Optional[dict[str, Any]] = None,
             yield run_one(name, invariant, check, opts)
 
 
+def device_checks(names: list[str], device: str, options: Optional[dict[str, Any]] = None) -> Iterator[CheckResult]:
+    """Each memory on `device` against the float64 CPU oracle (memzoo.conformance.device), one result per
+    precision (device-fp32, device-tf32, device-bf16); SKIP when `device` is CUDA and none is here."""
+    import torch
+
+    from memzoo.conformance.device import check, first_line
+
+    for name in names:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            yield CheckResult(name, "device", "SKIP", f"--device {device}: no CUDA device here")
+            continue
+        try:
+            rows = check(name, name, memory_options(name, options), torch.device(device))
+        except Exception as err:  # the plugin failed on the device: a finding, named
+            yield CheckResult(name, "device", "FAIL", f"raised {first_line(err)}")
+            continue
+        for r in rows:
+            errors = f"logits {r['logits_rel']:.1e}, state {r['state_rel']:.1e}, grads {r['grad_rel']:.1e} (tol {r['tol']:.0e})"
+            detail = errors if r["ok"] else f"{errors}; worst gradient {r['worst_grad']}; oracle {r['oracle']}"
+            yield CheckResult(name, f"device-{r['precision']}", "PASS" if r["ok"] else "FAIL", detail)
+
+
 def run_one(name: str, invariant: str, check: Callable[[str, dict[str, Any]], None], options: dict[str, Any]) -> CheckResult:
     """One invariant on one memory: an AssertionError is a FAIL, any other error a FAIL with its traceback's last line."""
     try:
