@@ -63,3 +63,35 @@ def test_the_check_catches_each_kind_of_reach(tmp_path: Path) -> None:
         assert reaches(probe, private) == [], line
     (tmp_path / "owner.py").write_text("x = other._hidden\n")
     assert reaches(tmp_path / "owner.py", private) == []  # the defining file may use its own names
+
+
+def module_patches(source: str) -> list[str]:
+    """Assignments to an attribute of a module imported from memzoo (`import memzoo.x as m; m.f = g`)."""
+    tree = ast.parse(source)
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name.startswith("memzoo")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memzoo"):
+            folder = ROOT / node.module.replace(".", "/")  # `from memzoo.memories import titans`: titans is a module
+            modules |= {a.asname or a.name for a in node.names
+                        if (folder / f"{a.name}.py").is_file() or (folder / a.name / "__init__.py").is_file()}
+    found = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        for t in targets:
+            for el in t.elts if isinstance(t, ast.Tuple) else [t]:
+                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id in modules:
+                    found.append(f"line {el.lineno}: {el.value.id}.{el.attr} = ...")
+    return found
+
+
+def test_experiments_reach_inside_memories_through_probes_not_by_patching() -> None:
+    """No experiment replaces a memzoo function by assignment (they listen to memzoo.core.probe instead),
+    and the check itself sees such a patch."""
+    assert module_patches("import memzoo.memories.armt as armt\narmt.denominator, armt.x = f, g\n") == [
+        "line 2: armt.denominator = ...", "line 2: armt.x = ..."]
+    assert module_patches("from memzoo.memories import titans\ntitans.scan_memory = f\n") == ["line 2: titans.scan_memory = ..."]
+    bad = {str(p.relative_to(ROOT)): found for p in (ROOT / "experiments").rglob("*.py")
+           if (found := module_patches(p.read_text()))}
+    assert not bad, bad

@@ -9,14 +9,18 @@ from conftest import tiny_model
 from memzoo.core.probe import probe, recording
 
 B, S, N = 2, 3, 8
-# method (options) -> the probe it shows and the values each call carries
+# method -> {probe it shows: the values each call carries}
+DELTA = {"gated-deltanet.recurrence": {"layer", "q", "k", "v", "g", "beta", "s0", "reset", "state", "chunk_size"}}
+INFINI = {"infini.memory": {"layer", "sq", "sk", "v", "read"}}
+TITANS = {"titans.scan": {"keys", "values", "queries", "log_keep", "log_eta", "lr", "grad_clip", "states_before", "reads",
+                          "weights", "momentum"},
+          "titans.inner_grad": {"deltas", "acts"}, "titans.l2n": {"x"}}
 PROBED = {
-    "armt": ("armt.write", {"layer", "A", "z", "k", "v", "beta", "empty", "eps", "floor", "cos_floor"}),
-    "deltanet": ("gated-deltanet.recurrence", {"layer", "q", "k", "v", "g", "beta", "s0", "reset", "state", "chunk_size"}),
-    "gated-deltanet": ("gated-deltanet.recurrence", {"layer", "q", "k", "v", "g", "beta", "s0", "reset", "state", "chunk_size"}),
-    "infini-linear": ("infini.memory", {"layer", "sq", "sk", "v", "read"}),
-    "infini-delta": ("infini.memory", {"layer", "sq", "sk", "v", "read"}),
-    "memorizing": ("memorizing.read", {"layer", "q_hat", "keys"}),
+    "armt": {"armt.read": {"layer", "phi", "A", "z", "eps", "floor", "read"},
+             "armt.write": {"layer", "A", "z", "k", "v", "beta", "empty", "eps", "floor", "cos_floor"}},
+    "deltanet": DELTA, "gated-deltanet": DELTA, "infini-linear": INFINI, "infini-delta": INFINI,
+    "memorizing": {"memorizing.read": {"layer", "q_hat", "keys"}},
+    "titans-mac": TITANS, "titans-mag": TITANS,
 }
 LOOP = {"gated-deltanet": {"chunkwise": False}, "infini-linear": {"vectorized": False}}  # the other code path
 
@@ -36,11 +40,10 @@ def test_a_listener_sees_the_named_values_and_the_outputs_stay_bit_identical(met
     with recording() as seen:
         heard = logits(model)
     assert torch.equal(plain, heard)
-    name, fields = PROBED[method]
-    assert seen and {n for n, _ in seen} == {name}
-    assert all(set(values) == fields for _, values in seen)
-    layers = {values["layer"] for _, values in seen}
-    assert layers == set(range(model.cfg.n_layers)) or method == "memorizing"  # kNN: one layer only
+    assert seen and {n for n, _ in seen} == set(PROBED[method])
+    assert all(set(values) == PROBED[method][name] for name, values in seen)
+    layers = {values["layer"] for _, values in seen if "layer" in values}
+    assert layers == set(range(model.cfg.n_layers)) or method == "memorizing" or method.startswith("titans")  # kNN: one layer
 
 
 def test_the_bit_identity_check_sees_a_listener_that_writes() -> None:
@@ -48,7 +51,7 @@ def test_the_bit_identity_check_sees_a_listener_that_writes() -> None:
     later segments (the test above is not vacuous)."""
     model = tiny_model("armt", options={"w_v_init_std": 0.3}).double()
     plain = logits(model)
-    with recording(lambda name, values: values["v"].mul_(2.0)):
+    with recording(lambda name, values: values["v"].mul_(2.0), names={"armt.write"}):
         moved = logits(model)
     assert torch.equal(plain[:, 0], moved[:, 0]) and not torch.equal(plain[:, 1:], moved[:, 1:])
 

@@ -2,7 +2,8 @@
 initialisation or from a run folder's checkpoint) and a copy with every weight multiplied by
 (1 + rel * noise), both in float64 (so rounding does not blur the measurement), on the same training
 window; prints the relative difference of the logits, the loss, the gradient and of each traced
-intermediate (ARMT: features, denominators, reads; Titans: q, k, v, gates, reads, states), divided by rel.
+intermediate (ARMT: features, z, A, reads; Titans: q, k, v, gates, reads, states, the norms normalised),
+divided by rel. The intermediates come from the memories' probes (memzoo.core.probe); nothing is patched.
 
     PYTHONPATH=$PWD python experiments/precision/forward_gain.py titans-mag [--checkpoint RUN_DIR] [--step 6]
 """
@@ -16,55 +17,38 @@ import torch
 
 from experiments.precision.sensitivity import perturb_weights, quick_config
 
-CAPTURED: dict[str, list[torch.Tensor]] = defaultdict(list)
+# what each probe (memzoo.core.probe) shows, under the name printed: probe -> {printed name: value's key}
+TRACED = {
+    "armt.read": {"armt phi": "phi", "armt z": "z", "armt A": "A", "armt read": "read"},
+    "titans.scan": {f"titans {k}": v for k, v in (("keys", "keys"), ("values", "values"), ("queries", "queries"),
+                                                   ("theta", "lr"), ("log_keep", "log_keep"), ("log_eta", "log_eta"),
+                                                   ("reads", "reads"))},
+}
 
 
-def capture(name: str, t: torch.Tensor) -> None:
-    CAPTURED[name].append(t.detach().clone())
-
-
-def install(method: str) -> None:
-    """Wrap the memory's functions so that their inputs and outputs are kept in CAPTURED."""
-    if method == "armt":
-        import memzoo.memories.armt as armt
-        den0, read0 = armt.denominator, armt.associative_read
-
-        def denominator(phi, z, *a):
-            out = den0(phi, z, *a)
-            capture("armt phi", phi), capture("armt z", z), capture("armt denominator", out)
-            return out
-
-        def associative_read(phi, A, z, *a):
-            out = read0(phi, A, z, *a)
-            capture("armt A", A), capture("armt read", out)
-            return out
-        armt.denominator, armt.associative_read = denominator, associative_read
-    elif method.startswith("titans"):
-        import memzoo.memories.titans as titans
-        scan0, l2n0 = titans.scan_memory, titans.l2n
-
-        def scan_memory(weights, momentum, keys, values, queries, log_keep, log_eta, lr, *a):
-            reads, w, s = scan0(weights, momentum, keys, values, queries, log_keep, log_eta, lr, *a)
-            for name, t in (("keys", keys), ("values", values), ("queries", queries), ("theta", lr),
-                            ("log_keep", log_keep), ("log_eta", log_eta), ("reads", reads), ("W0 after", w[0]),
-                            ("S0 after", s[0])):
-                capture(f"titans {name}", t)
-            return reads, w, s
-
-        def l2n(x):
-            capture("titans |x| before l2 norm", x.norm(dim=-1))
-            return l2n0(x)
-        titans.scan_memory, titans.l2n = scan_memory, l2n
+def captured(seen: list[tuple[str, dict]]) -> dict[str, list[torch.Tensor]]:
+    """The probes' values in call order, by printed name (Titans' first memory layer's W and S after each write)."""
+    out: dict[str, list[torch.Tensor]] = defaultdict(list)
+    for name, values in seen:
+        for label, key in TRACED.get(name, {}).items():
+            out[label].append(values[key].detach().clone())
+        if name == "titans.scan":
+            out["titans W0 after"].append(values["weights"][0].detach().clone())
+            out["titans S0 after"].append(values["momentum"][0].detach().clone())
+        elif name == "titans.l2n":
+            out["titans |x| before l2 norm"].append(values["x"].detach().norm(dim=-1))
+    return dict(out)
 
 
 def run(model, batch, cfg) -> tuple[dict[str, list[torch.Tensor]], float, torch.Tensor]:
+    from memzoo.core.probe import recording
     from memzoo.training.windows import train_window
 
-    CAPTURED.clear()
     model.zero_grad()
-    res = train_window(model, batch, cfg.train.bptt_segments, state=model.initial_state(batch.tokens.shape[0], torch.device("cpu")))
+    with recording(names={*TRACED, "titans.l2n"}) as seen:
+        res = train_window(model, batch, cfg.train.bptt_segments, state=model.initial_state(batch.tokens.shape[0], torch.device("cpu")))
     grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-    return {k: list(v) for k, v in CAPTURED.items()}, res.nll_sum, grad
+    return captured(seen), res.nll_sum, grad
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -91,7 +75,6 @@ def main() -> None:
     model = model.double()
     other = copy.deepcopy(model)
     perturb_weights(other, args.rel)
-    install(args.method)
     batch = train_mod.batch_source(cfg)(args.step)
     base, loss_a, grad_a = run(model, batch, cfg)
     nudged, loss_b, grad_b = run(other, batch, cfg)

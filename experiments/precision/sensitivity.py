@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import csv
 import json
 import multiprocessing
@@ -20,7 +21,7 @@ from typing import Any, Optional
 import torch
 from omegaconf import DictConfig
 
-from experiments.precision.trace_hooks import flush, install
+from experiments.precision.trace_hooks import flush, tracing
 
 CONDITIONS = {"1thread": (1, 0.0), "2threads": (2, 0.0), "perturbed": (1, 1e-7)}  # name -> (threads, rel)
 
@@ -56,21 +57,25 @@ def run_one(method: str, seed: int, condition: str, out_dir: str, log_every: int
     torch.set_num_threads(threads)
     cfg = quick_config(method, seed, out_dir, [f"run.train.log_every={log_every}", *(overrides or [])])
     cfg.train.threads = threads
-    if rel > 0:
-        build = train_mod.build_model
-
-        def perturbed(c):  # the weights as initialised, then nudged
-            model = build(c)
-            perturb_weights(model, rel)
-            return model
-        train_mod.build_model = perturbed
     run_dir = Path(out_dir) / f"{method}-s{seed}-{condition}"
+    if rel > 0:  # the weights as initialised, then nudged: the run starts from them (task.init_from)
+        if cfg.task.init_from:
+            raise ValueError(f"{method}: the quick run already starts from {cfg.task.init_from}; perturb that instead")
+        torch.manual_seed(cfg.seed)
+        model = train_mod.build_model(cfg)
+        perturb_weights(model, rel)
+        init = run_dir.with_name(run_dir.name + "-init")
+        init.mkdir(parents=True, exist_ok=True)
+        torch.save({"model": model.state_dict()}, init / "checkpoint.pt")
+        cfg.task.init_from = str(init)
     on_step = None
-    if trace and install(method):  # the memory's statistics per step, appended to run_dir/trace.jsonl
+    tracer = tracing(method) if trace else None
+    if tracer is not None:  # the memory's statistics per step, appended to run_dir/trace.jsonl
         run_dir.mkdir(parents=True, exist_ok=True)
         on_step = lambda step: flush(run_dir / "trace.jsonl", step)  # noqa: E731
     t0 = time.perf_counter()
-    train_mod.train(cfg, run_dir=run_dir, progress=False, on_step=on_step)
+    with tracer or contextlib.nullcontext():
+        train_mod.train(cfg, run_dir=run_dir, progress=False, on_step=on_step)
     result = json.loads((run_dir / "result.json").read_text())
     return {"method": method, "seed": seed, "condition": condition, "threads": threads, "rel": rel,
             "valid_bpb": float(result["valid_bpb"]), "seconds": round(time.perf_counter() - t0, 1),

@@ -34,7 +34,8 @@ zero, so A stays 0 and the memory is silent until W_V learns (`w_v_init_std` > 0
 ablations). Gradient flows through A and z across the segments of a BPTT block (only γ is
 detached). A and z are float32 under autocast (float64 if the model is). The backbone calls
 `before_layer` (the read) and `after_layer` (the write) around each block; `leave` marks the rows
-written.
+written. Probes (memzoo.core.probe, for measures that look inside): `armt.read` (φ(q), A, z, the read)
+and `armt.write` (A, z, k, v, β before the write).
 """
 from __future__ import annotations
 
@@ -219,6 +220,8 @@ class AssociativeRecurrentMemory(ModelMemory):
             A, z = state[f"A.{index}"].to(h.dtype), state[f"z.{index}"].to(h.dtype)
             read = associative_read(phi_q, A, z, self.eps, self.floor, self.cos_floor)  # [B, N', d]
             read = torch.where(written[:, None, None], read, torch.zeros_like(read))
+            # the read's inputs and output, for a measure of what the denominator does (experiments/precision)
+            probe("armt.read", layer=index, phi=phi_q, A=A, z=z, eps=self.eps, floor=self.floor, read=read)
         return x + read.to(x.dtype)
 
     def after_layer(self, index: int, x: Tensor, state: State) -> State:

@@ -47,6 +47,10 @@ segment boundary, plus the persistent tokens. MAC's attention takes the same win
 [persistent ‖ retrieved ‖ segment] (the retrieved tokens, at the segment's positions, cut to the band). ⊗: (w_y ⊙ rmsnorm(y)) ⊙ sigmoid(w_m ⊙ rmsnorm(m)), learned
 vectors w per head. Persistent memory: `n_persistent` learned d_model vectors through the layer's
 own W_K, W_V (`project_kv`), at positions −N_p … −1.
+
+Probes (memzoo.core.probe, for measures that look inside; a listener runs the chunk step eagerly):
+`titans.scan` (a segment's keys, values, queries, gates, the state before and after, the reads),
+`titans.inner_grad` (δ and a of every memory layer, per token) and `titans.l2n` (what is normalised).
 """
 from __future__ import annotations
 
@@ -66,6 +70,7 @@ from memzoo.core.config import ModelConfig
 from memzoo.core.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
 from memzoo.core.precision import working_dtype
+from memzoo.core.probe import listening, probe
 
 VARIANTS = ("mac", "mag")
 
@@ -126,6 +131,7 @@ def inner_grad(weights: list[Tensor], keys: Tensor, values: Tensor) -> tuple[lis
         deltas[l] = delta
         if l > 0:
             delta = (delta @ weights[l]) * silu_grad(pre[l - 1], acts[l])
+    probe("titans.inner_grad", deltas=deltas, acts=acts)  # per token: ‖∇ℓ‖² = Σ_l ‖δ_l‖² ‖a_l‖²
     return deltas, acts
 
 
@@ -218,6 +224,7 @@ def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, val
     if full < n:
         scores.append(queries[..., full:, :] @ keys[..., full:, :].transpose(-1, -2))
         key_norm2.append((keys[..., full:, :] ** 2).sum(-1))
+    states_before = (weights, momentum)
     states = [torch.stack((w, s), dim=2) for w, s in zip(weights, momentum)]  # [B, H, 2, out, in]
     reads = []
     parts = zip(keys.split(sizes, -2), values.split(sizes, -2), queries.split(sizes, -2), lr.split(sizes, -1), coefs,
@@ -226,7 +233,11 @@ def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, val
         r, states = step(states, k, v, q, coef, theta, grad_clip, qk, k2)
         reads.append(r)
     weights, momentum = zip(*(st.unbind(2) for st in states))
-    return torch.cat(reads, dim=-2), list(weights), list(momentum)
+    reads = torch.cat(reads, dim=-2)
+    # a segment's write: its inputs, gates and the state it leaves (experiments/precision listens)
+    probe("titans.scan", keys=keys, values=values, queries=queries, log_keep=log_keep, log_eta=log_eta, lr=lr,
+          grad_clip=grad_clip, states_before=states_before, reads=reads, weights=list(weights), momentum=list(momentum))
+    return reads, list(weights), list(momentum)
 
 
 # ------------------------------------------------------------------------------------------
@@ -296,6 +307,7 @@ class GateCombine(nn.Module):
 
 
 def l2n(x: Tensor) -> Tensor:
+    probe("titans.l2n", x=x)  # the norms normalised away (experiments/precision: the smallest)
     return F.normalize(x, dim=-1, eps=1e-6)
 
 
@@ -375,7 +387,7 @@ class Titans(LayerMemory):
         """Chunked write of one segment (float32), reading M_i(q_i) after each token's write.
         gates: log(1 − α), log η, θ, each [B, H, n]."""
         dt, cfg = self.state_dtype(), self.cfg
-        step = compiled(chunk_step, cfg.compile)
+        step = compiled(chunk_step, "eager" if listening() else cfg.compile)  # a listener cannot be called from a graph
         with torch.autocast(device_type=keys.device.type, enabled=False):
             weights, momentum = self._unpack(state)
             args = (weights, momentum, keys.to(dt), values.to(dt), queries.to(dt), *gates, cfg.chunk_size, cfg.grad_clip, step)
