@@ -201,6 +201,17 @@ class RunConfig:
     footprint_reference: Optional[str] = None
 
 
+_RUN_SCHEMA: list[DictConfig] = []
+
+
+def run_schema() -> DictConfig:
+    """RunConfig's structured schema, built once (building it is most of a suite's expansion time).
+    Only pass it to OmegaConf.merge or read it (merge copies its first argument): never change it."""
+    if not _RUN_SCHEMA:
+        _RUN_SCHEMA.append(OmegaConf.structured(RunConfig))
+    return _RUN_SCHEMA[0]
+
+
 def preset_path(name_or_path: str) -> Path:
     """A YAML path as given, else a preset shipped in memzoo/configs/ (e.g. `infini-linear`, `paper/table1`)."""
     path = Path(name_or_path)

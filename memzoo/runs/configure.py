@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.core.config import (ConfigError, RunConfig, load_yaml_chain, merge_checked, parse_overrides, model_config,
+from memzoo.core.config import (ConfigError, load_yaml_chain, merge_checked, parse_overrides, model_config, run_schema,
                                 check_ranges, preset_path, resolve_interpolations)
 from memzoo.core.model import INIT_STREAMS, MemoryModel
 from memzoo.core.plugins import get_memory, registered
@@ -111,7 +111,7 @@ def _has_card(name: str) -> bool:
 
 def load_config(name_or_path: str | None = None, overrides: list[str] | None = None) -> DictConfig:
     """Schema <- preset YAML <- `key=value` overrides, validated. Errors name the bad key."""
-    schema = OmegaConf.structured(RunConfig)
+    schema = run_schema()
     layers: list[Any] = []
     if name_or_path:
         layers.append(load_yaml_chain(preset_path(name_or_path)))
@@ -182,5 +182,5 @@ def saved_run_config(path: str | Path) -> DictConfig:
 
 def load_run_config(path: str | Path) -> DictConfig:
     """A run folder's config, resolved against today's schema (legacy keys as the run was made)."""
-    cfg = merge_checked(OmegaConf.structured(RunConfig), saved_run_config(path), where="")
+    cfg = merge_checked(run_schema(), saved_run_config(path), where="")
     return resolve(cfg)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.core.config import ConfigError, RunConfig, merge_checked
+from memzoo.core.config import ConfigError, merge_checked, run_schema
 from memzoo.runs.configure import load_config, resolve
 from memzoo.training.curriculum import finetune_chain, stage_overrides, stages_within_reach
 from memzoo.suites.suite_plugins import suite_methods
@@ -56,7 +56,7 @@ def sweep_points(suite: DictConfig) -> list[dict[str, Any]]:
     """Every combination of the suite's run-config sweep ({} when there is none); keys are checked
     against the run-config schema."""
     sweep = OmegaConf.to_container(suite.sweep, resolve=True) if suite.sweep else {}
-    schema = OmegaConf.structured(RunConfig)
+    schema = run_schema()
     for key, values in sweep.items():
         if key.split(".", 1)[0] == "memory":
             raise ConfigError(f"suite.sweep key {key!r}: memory options belong in suite.grid (per method)")
@@ -97,7 +97,7 @@ def expand(suite: DictConfig) -> list[RunSpec]:
                 cfg.memory = {"name": method, **options, **{k: v for k, v in point.items() if "." not in k}}
                 cfg.methods = {}
                 cfg.seed, cfg.name, cfg.out_dir = int(seed), name, str(root / "runs")
-                cfg = resolve(merge_checked(OmegaConf.structured(RunConfig), cfg, where=f"suite run {name}"))
+                cfg = resolve(merge_checked(run_schema(), cfg, where=f"suite run {name}"))
                 if cfg.log.group is None:  # a tracker shows the suite's runs together, each under its run name
                     cfg.log.group = str(suite.name)
                 if suite.token_budget:
@@ -135,7 +135,7 @@ def backbone_specs(suite: DictConfig) -> list[RunSpec]:
     for seed in suite.seeds:
         cfg = OmegaConf.merge(base, suite.run or {}, suite.backbone)
         cfg.seed, cfg.name, cfg.out_dir = int(seed), backbone_name(seed), str(root / "runs")
-        cfg = resolve(merge_checked(OmegaConf.structured(RunConfig), cfg, where="suite backbone"))
+        cfg = resolve(merge_checked(run_schema(), cfg, where="suite backbone"))
         if cfg.log.group is None:
             cfg.log.group = str(suite.name)
         if cfg.task.name != "lm":

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.core.config import RunConfig, merge_checked, to_yaml
+from memzoo.core.config import merge_checked, run_schema, to_yaml
 from memzoo.runs.configure import resolve
 from memzoo.training.curriculum import prepare_stage
 from memzoo.evaluations.registry import run_evaluation
@@ -72,7 +72,7 @@ def worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, impo
 
 def _load_yaml_config(text: str) -> DictConfig:
     """A stage's resolved run config from its YAML text (validated as `memzoo train` would)."""
-    return resolve(merge_checked(OmegaConf.structured(RunConfig), OmegaConf.create(text), where="suite stage"))
+    return resolve(merge_checked(run_schema(), OmegaConf.create(text), where="suite stage"))
 
 
 def _stage_yaml(spec: RunSpec) -> dict[str, Optional[str]]:

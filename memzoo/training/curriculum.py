@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from memzoo.core.config import ConfigError, RunConfig, merge_checked
+from memzoo.core.config import ConfigError, merge_checked, run_schema
 from memzoo.runs.configure import legacy_memory_options, resolve, saved_run_config
 from memzoo.evaluations.reach import max_reach_segments
 
@@ -65,7 +65,7 @@ def finetune_chain(pretrain: DictConfig, finetune: Any, root: Path, name: str) -
         cfg.task.init_from = str(root / "runs" / prev.name)
         cfg.task.init_backbone_only = False  # a stage continues the same model, its memory included
         where = f"suite finetune[{i}] {name}" if len(overrides) > 1 else f"suite finetune {name}"
-        chain.append(resolve(merge_checked(OmegaConf.structured(RunConfig), cfg, where=where)))
+        chain.append(resolve(merge_checked(run_schema(), cfg, where=where)))
     return chain
 
 
@@ -95,7 +95,7 @@ def stages_within_reach(first: DictConfig, finetune: Any) -> list[Any]:
 def _comparable(cfg: DictConfig) -> dict[str, Any]:
     """A run config as a plain dict under the current schema (keys added since take their defaults),
     without the bookkeeping keys."""
-    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), cfg)
+    merged = OmegaConf.merge(run_schema(), cfg)
     out = OmegaConf.to_container(merged, resolve=True)
     for key in BOOKKEEPING:
         section, leaf = key.split(".")
@@ -111,7 +111,7 @@ def config_hash(cfg: DictConfig) -> str:
     memory option at its plugin's legacy value hashes as the config from before it existed."""
     out = _comparable(cfg)
     out.pop("out_dir", None)
-    defaults = OmegaConf.to_container(OmegaConf.structured(RunConfig))
+    defaults = OmegaConf.to_container(run_schema())
     for key in HASHED_WHEN_SET:
         section, leaf = key.split(".")
         if out.get(section, {}).get(leaf, defaults[section][leaf]) == defaults[section][leaf]:
