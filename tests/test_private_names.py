@@ -66,7 +66,7 @@ def test_the_check_catches_each_kind_of_reach(tmp_path: Path) -> None:
 
 
 def module_patches(source: str) -> list[str]:
-    """Assignments to an attribute of a module imported from memzoo (`import memzoo.x as m; m.f = g`)."""
+    """Assignments to an attribute of a module imported from memzoo (`import memzoo.memories.armt as m; m.f = g`)."""
     tree = ast.parse(source)
     modules = set()
     for node in ast.walk(tree):

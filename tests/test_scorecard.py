@@ -13,7 +13,8 @@ import pytest
 from memzoo.cli import main
 from memzoo.core.plugins import unregister_memory
 from memzoo.publishing.references import load_references
-from memzoo.publishing.scorecard import SuiteScore, rank_table, recall_past_training, score_table
+from memzoo.evaluations.distance import recall_past_training
+from memzoo.publishing.scorecard import SuiteScore, rank_table, score_table
 from test_readme import readme_plugin_source
 
 # One step of a one-layer model on 40 documents: the plumbing, not the numbers.

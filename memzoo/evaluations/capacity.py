@@ -35,7 +35,7 @@ from memzoo.core.model import MemoryModel
 from memzoo.core.plugins import get_memory
 from memzoo.data.recall import SegmentRecallExample, recall_chance, segment_recall_example, stale_chance
 from memzoo.runs.configure import memory_config
-from memzoo.evaluations.registry import Command, Evaluation, register_evaluation
+from memzoo.evaluations.registry import Command, Evaluation, Score, register_evaluation
 from memzoo.evaluations.run_result import gate_values, measure_footprint, peak_rss_mb, precision_columns, write_row
 from memzoo.runs.checkpoints import load_run
 
@@ -207,5 +207,5 @@ register_evaluation(Evaluation(
             lambda row: {"method": row["method"], "accuracy": f"{row['recall_accuracy']:.3f}",
                          "reset": f"{row['recall_accuracy_reset']:.3f}", "chance": f"{row['recall_chance']:.3f}"},
             ["method", "accuracy", "reset", "chance"], ""),
-    in_suite=False, ends_training=is_capacity_run,
+    in_suite=False, ends_training=is_capacity_run, scores=(Score("recall_accuracy", True),),
     finish=lambda run_dir, cfg, model, progress=True: write_capacity_result(run_dir, cfg, model)))

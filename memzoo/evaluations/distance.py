@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,7 @@ from memzoo.evaluations.capacity import accuracy, hits_by_example, rewrite_metri
 from memzoo.runs.checkpoints import load_trained
 from memzoo.runs.configure import load_run_config
 from memzoo.evaluations.run_result import peak_rss_mb
-from memzoo.evaluations.registry import Command, Evaluation, add_stream_options, fmt, numbers, register_evaluation
+from memzoo.evaluations.registry import Command, Evaluation, Score, add_stream_options, fmt, numbers, register_evaluation
 from memzoo.evaluations.generate import StreamingDecoder
 from memzoo.evaluations.harness import (Meter, OutOfBudget, atomic_json, default_budget, merge_into_result, reusable, stream,
                                     weights_id)
@@ -235,6 +236,20 @@ def _shown(r: dict[str, Any]) -> dict[str, Any]:
             "stale": fmt(r.get("recall_stale"), ".3f"), "status": str(r["status"])[:90]}
 
 
+def recall_past_training(distance_json: object) -> float:
+    """A distance run's mean recall over the streamed gaps longer than its largest trained gap
+    (log-spaced, so the area under its curve on the figure's axis); the reset arm and the gaps out
+    of the stream's budget are left out. NaN for a run without such gaps."""
+    if not isinstance(distance_json, str):
+        return math.nan
+    scores = [float(r["recall_accuracy"]) for r in json.loads(distance_json)
+              if not r["reset_after_pairs"] and r.get("recall_accuracy") is not None
+              and int(r["gap_segments"]) > int(r["trained_gap"])]
+    return sum(scores) / len(scores) if scores else math.nan
+
+
 register_evaluation(Evaluation("distance", DistanceConfig, evaluate_distance, Command(
     "recall of a recall-trained run at each gap (segments from the last write), streamed", _arguments, _options,
-    _shown, ["gap", "reset", "accuracy", "chance", "stale", "status"], "distance.json")))
+    _shown, ["gap", "reset", "accuracy", "chance", "stale", "status"], "distance.json"),
+    # every memory is at about 1.0 at the gaps it was trained on: ranked on what it carries past them
+    scores=(Score("recall_past_training", True, lambda row: recall_past_training(row["distance_json"])),)))

@@ -27,7 +27,8 @@ from memzoo.core.model import MemoryModel
 from memzoo.core.precision import autocast_context
 from memzoo.data.corpus import load_documents, split_documents, stream_documents
 from memzoo.evaluations.byte_classes import byte_class_columns
-from memzoo.evaluations.registry import Command, Evaluation, register_evaluation
+from memzoo.evaluations.registry import Command, Evaluation, Score, register_evaluation
+from memzoo.analysis.results import bpb_over
 from memzoo.evaluations.run_result import peak_rss_mb, write_result
 from memzoo.runs.checkpoints import load_run, run_config
 
@@ -230,6 +231,8 @@ register_evaluation(Evaluation(
     "lm", LmEvalConfig, evaluate_folder,
     Command("evaluate a run folder", _arguments, lambda args: {"split": args.split, "reset_memory": args.reset_memory}, dict, [], "",
             print_rows=_print_rows, name="eval"),
-    columns=table_columns, in_suite=False, finish=finish_training))
+    columns=table_columns, in_suite=False, finish=finish_training,
+    # where a memory can have been read (segment 0 has none yet); valid_bpb over whole documents
+    scores=(Score("bpb_after_segment_0", False, lambda row: bpb_over(row, 1)), Score("valid_bpb", False))))
 
 register_evaluation(Evaluation("memory-ablation", MemoryAblationConfig, ablate_folder))

@@ -49,6 +49,16 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class Score:
+    """A metric a scorecard ranks a suite's runs by: its name (the column it fills), which way is
+    better, and how a result row gives it (None: the row's column `name` as it is)."""
+
+    name: str
+    higher_is_better: bool
+    of_row: Optional[Callable[[Any], float]] = None  # a result row (a pandas Series) -> the value
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """One kind of evaluation. `run(run_dir, cfg, resume=True, progress=True)` measures a trained run
     folder, keeps its rows there (and under `name` in result.json) and returns them; `columns(row)`
@@ -70,6 +80,9 @@ class Evaluation:
     # so a task scored by something other than bits per byte needs no branch in the training loop.
     ends_training: Optional[Callable[[Any], bool]] = None
     finish: Optional[Callable[..., Row]] = None
+    # What a scorecard ranks a suite that runs this kind by (the first, unless the suite's `scorecard`
+    # names another); a kind without scores leaves a suite to the kinds before it (memzoo.publishing.scorecard).
+    scores: tuple[Score, ...] = ()
     module: str = field(default="", compare=False)
 
     def table_columns(self, row: Row) -> None:

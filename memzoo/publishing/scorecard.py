@@ -9,46 +9,41 @@ otherwise. Each suite gets a folder with the combined table and the usual report
 """
 from __future__ import annotations
 
-import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import pandas as pd
+from omegaconf import OmegaConf
 
-from memzoo.analysis.results import bpb_over, variant_labels
+from memzoo.analysis.results import variant_labels
 from memzoo.analysis.stats import compare_groups
 from memzoo.core.config import ConfigError
+from memzoo.evaluations.registry import Score, end_of_training, get_evaluation
+from memzoo.runs.configure import load_config
 from memzoo.suites.compare import load_suite, run_suite
 from memzoo.publishing.references import SHIPPED_SUITES, hours_label, load_index, load_references, memzoo_version, training_hours
 from memzoo.publishing.cells import table_md
 from memzoo.publishing.report import write_report
 
-# What each suite is scored on, and which way is better. In `distance` every memory is at about 1.0
-# at the gaps it was trained on, so it is ranked on what it carries past them (recall_past_training).
-METRICS: dict[str, tuple[str, bool]] = {
-    "lm-window": ("bpb_after_segment_0", False),  # the same, on the backbone's sliding window: beyond it
-    "lm-stream": ("bpb_after_segment_0", False),  # where a memory can have been read
-    "lm-stream-sotu": ("bpb_after_segment_0", False),  # the same, on the second corpus (English prose)
-    "lm-stream-gpu": ("bpb_after_segment_0", False),  # the same at 8x the bytes, on a CUDA device
-    "quick": ("valid_bpb", False),
-    "capacity-top": ("recall_accuracy", True),
-    "distance": ("recall_past_training", True),
-}
-
-
-def recall_past_training(distance_json: object) -> float:
-    """A distance run's mean recall over the streamed gaps longer than its largest trained gap
-    (log-spaced, so the area under its curve on the figure's axis); the reset arm and the gaps out
-    of the stream's budget are left out. NaN for a run without such gaps."""
-    if not isinstance(distance_json, str):
-        return math.nan
-    scores = [float(r["recall_accuracy"]) for r in json.loads(distance_json)
-              if not r["reset_after_pairs"] and r.get("recall_accuracy") is not None
-              and int(r["gap_segments"]) > int(r["trained_gap"])]
-    return sum(scores) / len(scores) if scores else math.nan
+def suite_score(suite_name: str, overrides: Optional[list[str]] = None) -> Score:
+    """The metric a suite is ranked by, declared by its evaluation kinds (memzoo.evaluations.registry):
+    the suite's `scorecard` names it, else it is the first score of its last long-range kind that has
+    one, else of the kind that ends its runs' training. A name no kind declares is an error listing those that do."""
+    suite = load_suite(suite_name, overrides)
+    first = OmegaConf.merge(load_config(suite.base.format(method="local")), suite.run or {})  # enough for the task
+    kinds = [get_evaluation(str(entry.task)) for entry in reversed(list(suite.longrange or []))] + [end_of_training(first)]
+    scores = [score for kind in kinds for score in kind.scores]
+    if suite.scorecard is None:
+        if not scores:
+            raise ConfigError(f"suite {suite_name}: none of its evaluations {[k.name for k in kinds]} declares a score")
+        return scores[0]
+    named = [score for score in scores if score.name == suite.scorecard]
+    if not named:
+        raise ConfigError(f"suite {suite_name}: scorecard={suite.scorecard!r} is no score of its evaluations; "
+                          f"expected one of {[score.name for score in scores]}")
+    return named[0]
 
 
 @dataclass
@@ -102,12 +97,11 @@ def score_table(suite_name: str, rows: pd.DataFrame) -> tuple[pd.DataFrame, bool
     """Per method and variant (a grid within a method, as infini-delta's normalisers): the suite's
     metric with its interval and the tests against `local`; paired by seed only when every row drew
     its backbone with the split init. Returns the table and whether it is paired."""
-    metric, higher = METRICS[suite_name]
+    score = suite_score(suite_name)
+    metric, higher = score.name, score.higher_is_better
     rows = rows.copy()
-    if metric == "recall_past_training":
-        rows[metric] = rows["distance_json"].map(recall_past_training)
-    if metric == "bpb_after_segment_0":
-        rows[metric] = [bpb_over(r, 1) for _, r in rows.iterrows()]
+    if score.of_row is not None:
+        rows[metric] = [score.of_row(r) for _, r in rows.iterrows()]
     rows["variant"] = variant_labels(rows)
     paired = set(rows.get("backbone_init", pd.Series(["shared"])).fillna("shared")) == {"split"}
     return compare_groups(rows, ["method", "variant"], metric, higher_is_better=higher, paired=paired), paired
@@ -116,7 +110,7 @@ def score_table(suite_name: str, rows: pd.DataFrame) -> tuple[pd.DataFrame, bool
 def rank_table(score: SuiteScore, methods: list[str]) -> pd.DataFrame:
     """Every method ranked by its mean (1 = best), the plugin's marked, with the interval and the
     difference from `local`."""
-    metric, higher = METRICS[score.suite]
+    higher = suite_score(score.suite).higher_is_better
     t = score.table.sort_values("mean", ascending=not higher).reset_index(drop=True)
     t.insert(0, "rank", range(1, len(t) + 1))
     t["yours"] = t["method"].isin(methods)
@@ -146,7 +140,7 @@ def write_scorecard(scores: list[SuiteScore], methods: list[str], out_dir: Path,
     index = load_index()
     lines = [f"# Scorecard: {', '.join(methods)}", ""]
     for s in scores:
-        metric, higher = METRICS[s.suite]
+        metric, higher = suite_score(s.suite).name, suite_score(s.suite).higher_is_better
         lines += [f"## {s.suite} ({metric}, {'higher' if higher else 'lower'} is better)", ""]
         if s.note:
             lines += [f"_{s.note}_", ""]

@@ -48,6 +48,10 @@ class SuiteConfig:
     # memzoo.evaluations.distance.DistanceConfig options (recall at gaps), or with task: babilong of
     # memzoo.evaluations.babilong.BabilongConfig options; their rows join the results table.
     longrange: Any = field(default_factory=list)
+    # The metric `memzoo scorecard` ranks this suite by: a score its evaluations declare
+    # (memzoo.evaluations.registry.Score); None: the first score of its last long-range kind that has
+    # one, else of the kind that ends its runs' training (lm: bpb_after_segment_0; capacity: recall_accuracy).
+    scorecard: Optional[str] = None
     # Cluster settings for `--launcher slurm|submitit-local` (memzoo.suites.launchers.LauncherConfig):
     # partition, account, gpus_per_node, cpus_per_task, mem_gb, timeout_min, additional, setup, ...
     launcher: Any = field(default_factory=dict)
