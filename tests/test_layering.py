@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # Low to high. A module may import modules of its own layer and of the layers before it.
 LAYERS = ["core", "memories", "data", "analysis", "runs", "evaluations", "training", "diagnose", "suites", "conformance",
           "publishing", "api"]
-# memzoo.<first name> -> layer; memzoo itself (the public API), memzoo.cli and memzoo.__main__ are the top.
+# memzoo.<first name> -> layer; memzoo itself (the public API), memzoo.cli, memzoo.commands and memzoo.__main__ are the top.
 LAYER_OF = {"core": "core", "registry": "core", "configs": "core", "memories": "memories", "data": "data",
             "analysis": "analysis", "runs": "runs", "evaluations": "evaluations", "training": "training",
             "diagnose": "diagnose", "suites": "suites", "conformance": "conformance", "publishing": "publishing",
-            "cli": "api", "__main__": "api"}
+            "cli": "api", "commands": "api", "__main__": "api"}
 # Where the package's files sit: everything, the catalogue and the presets included, is under memzoo/.
 SOURCES = {"memzoo": ROOT / "memzoo"}
 
