@@ -447,3 +447,26 @@ def test_xl_kv_cache_beyond_the_window_equals_its_reference() -> None:
     g_got = torch.autograd.grad((got * weights).sum(), q)[0]
     g_ref = torch.autograd.grad((ref * weights).sum(), q)[0]
     assert (g_got - g_ref).abs().max() < 1e-12  # the queries' gradients (the cache's keys are stop-gradient by design)
+
+
+@pytest.mark.parametrize("method", ["rmt", "armt"])
+def test_memory_tokens_neither_see_nor_enter_the_window(method: str) -> None:
+    """Model-level memories on the window: the previous segment's real tokens are in the window, its
+    memory tokens are not, and a memory token does not read it. So (one layer: above it the memory
+    tokens read real tokens that read the window), from the same carried memory, a window filled with
+    other keys changes the real tokens' outputs but not the memory the segment writes; and the window
+    carried on is the segment's own (the same whatever the window before)."""
+    m = model(method, layers=1, options={"w_v_init_std": 0.2} if method == "armt" else None)
+    with torch.no_grad():
+        state = m(byte_tokens(seed=3, s=2)).state
+        other = ModelState(state.layers, state.model,
+                           [{k: (torch.randn_like(t) if t.is_floating_point() else t) for k, t in w.items()} for w in state.window])
+        x = byte_tokens(seed=4, s=1)
+        a, b = m(x, state), m(x, other)
+    assert (a.logits - b.logits).abs().max() > 1e-6  # the real tokens read the window
+    for sa, sb in zip(a.state.all(), b.state.all()):  # the memory written is the same
+        for key in sa:
+            if sa[key].is_floating_point():
+                assert (sa[key] - sb[key]).abs().max() < 1e-12, key
+    for wa, wb in zip(a.state.window, b.state.window):  # the new window: this segment's real tokens only
+        assert torch.equal(wa["k"], wb["k"]) and torch.equal(wa["v"], wb["v"])
