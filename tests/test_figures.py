@@ -198,3 +198,19 @@ def test_gpu_speed_facts_are_the_shipped_measured_rows_and_a_duplicate_is_refuse
     assert speed_facts(moved)["rmt.ratio"] == "0.12"
     with pytest.raises(ConfigError, match="two rows of 'rmt'"):
         speed_facts(pd.concat([rows, rows[rows["method"] == "rmt"]]))
+
+
+def test_recall_facts_are_the_capacity_rows_and_a_changed_row_moves_them(facts: dict[str, str]) -> None:
+    """capacity-top's facts in prose: chance, the reset range over methods, a method's mean and its lowest
+    seed, from the shipped rows (the README quotes them); a changed row moves its fact."""
+    from memzoo.publishing.facts import recall_facts
+
+    rows = load_references("capacity-top")
+    armt = rows[rows["method"] == "armt"]["recall_accuracy"]
+    assert facts["capacity-top.armt.min_seed"] == f"{armt.min():.2f}" and facts["capacity-top.armt.mean"] == f"{armt.mean():.2f}"
+    lo, hi = facts["capacity-top.reset_range"].split("–")
+    assert float(lo) <= float(hi) and facts["capacity-top.chance"] == f"{rows['recall_chance'].mean():.2f}"
+    moved = rows.copy()
+    moved.loc[moved["method"] == "armt", "recall_accuracy"] = 0.2
+    assert recall_facts(moved)["armt.min_seed"] == "0.20"
+    assert "<!-- fact:capacity-top.reset_range -->" in (ROOT / "README.md").read_text()

@@ -11,6 +11,10 @@ Quantities per method of a bits-per-byte suite (paired by seed, 95% t half-width
   headroom           headroom recovered on segments >= 1 with its Fieller interval
   sig_after          "after Holm" or "not after Holm": the test of `after` over every method
 
+Per method of a recall suite (capacity-top): `mean` (recall, "0.50"), `min_seed` and `max_seed`; and
+for the suite `chance` (guessing among the stored values) and `reset_range` (the lowest and highest
+method's mean with its state reset before the query segment, "0.12–0.13").
+
 Measured rows (memzoo.publishing.references.MEASURED) give facts too: `gpu-speed.ROW.ratio` (training
 tokens/s over local's in the same call, "0.31"), `.peak_gb` and `.card`, ROW the method with its options
 ("gated-deltanet_compile-default").
@@ -22,7 +26,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from memzoo.analysis import headroom_recovered, memory_ablation, memory_gain, summary_table
+from memzoo.analysis import capacity_table, headroom_recovered, memory_ablation, memory_gain, summary_table
 from memzoo.analysis.beyond_window import ceiling_check, seed_gains, window_summary
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
@@ -100,11 +104,24 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
 
 
 # suite -> the function that gives its facts
+def recall_facts(rows: pd.DataFrame) -> dict[str, str]:
+    """METHOD.mean, METHOD.min_seed, METHOD.max_seed, chance and reset_range of a recall suite's rows."""
+    table = capacity_table(rows)
+    out = {"chance": f"{table['chance'].mean():.2f}",
+           "reset_range": f"{table['reset'].min():.2f}–{table['reset'].max():.2f}"}
+    for method, group in rows.groupby("method"):
+        out[f"{method}.mean"] = f"{group['recall_accuracy'].mean():.2f}"
+        out[f"{method}.min_seed"] = f"{group['recall_accuracy'].min():.2f}"
+        out[f"{method}.max_seed"] = f"{group['recall_accuracy'].max():.2f}"
+    return out
+
+
 FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {
     "lm-stream": bpb_facts,
     "lm-stream-sotu": bpb_facts,
     "lm-stream-gpu": bpb_facts,
     "lm-window": window_facts,
+    "capacity-top": recall_facts,
 }
 
 
