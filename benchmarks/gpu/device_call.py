@@ -1,7 +1,7 @@
-"""One device call, sized to a lease of 15 minutes (about 4 minutes of it, leaving the machine's start
-and a second try): the checks side by side, then the timings alone on the GPU.
+"""One device call, sized to a lease of 15 minutes (about 5 minutes of it, at most 330 s by the stages'
+limits, leaving the machine's start and a second try): the checks side by side, then the timings alone.
 
-    python benchmarks/gpu/device_call.py --out DIR [--dry-run] [--budget 270]
+    python benchmarks/gpu/device_call.py --out DIR [--dry-run] [--checks CASES] [--no-eval] [--profile ROWS]
 
 Stages, each under its own time limit, each writing its log and CSV into DIR as it goes (a stage cut
 off or failing costs its own rows only):
@@ -14,7 +14,8 @@ off or failing costs its own rows only):
      bf16) and its ratio to local, the compiled DeltaNets beside their eager rows, those rows first.
 Wheels in .whl/ (omegaconf, which the image lacks) are installed into /tmp/site first. `--dry-run`
 runs every stage on the CPU at a tiny backbone in seconds (tests/test_device_call.py): it checks the
-script, not the GPU. Exit status: the number of stages that failed. About 5 minutes on one H100.
+script, not the GPU. Exit status: the number of stages that failed. On one H100 (2026-11-27) it took
+288 s (docs/gpu/h100-2026-11-27.md).
 """
 from __future__ import annotations
 
