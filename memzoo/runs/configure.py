@@ -24,13 +24,24 @@ from memzoo.data.tasks import check_task
 from memzoo.runs.tracking import TRACKERS, check_log
 
 
+_MEMORY_SCHEMAS: dict[str, tuple[Any, DictConfig]] = {}
+
+
+def memory_schema(name: str, spec: Any) -> DictConfig:
+    """A plugin's options schema (its config dataclass at its defaults), built once per registration:
+    only pass it to a merge, which copies it."""
+    known = _MEMORY_SCHEMAS.get(name)
+    if known is None or known[0] is not spec:  # a name registered again (a plugin reloaded) gets its new schema
+        known = _MEMORY_SCHEMAS[name] = (spec, OmegaConf.structured(spec.config_cls(**spec.defaults)))
+    return known[1]
+
+
 def memory_config(name: str, options: Any) -> Any:
     """Validate one method's options against its plugin's config dataclass; returns the dataclass."""
     spec = get_memory(name)
     opts = OmegaConf.create(options if options is not None else {})
     opts = OmegaConf.masked_copy(opts, [k for k in opts.keys() if k != "name"]) if "name" in opts else opts
-    schema = OmegaConf.structured(spec.config_cls(**spec.defaults))
-    merged = merge_checked(schema, opts, where=f"memory[{name}]")
+    merged = merge_checked(memory_schema(name, spec), opts, where=f"memory[{name}]")
     return OmegaConf.to_object(merged)
 
 

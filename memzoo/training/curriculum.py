@@ -59,13 +59,13 @@ def finetune_chain(pretrain: DictConfig, finetune: Any, root: Path, name: str) -
     pretrain.name = f"{name}-lm" if pretrain.task.name == "lm" else f"{name}-c0"
     chain = [pretrain]
     for i, stage in enumerate(overrides):
-        prev = chain[-1]
-        cfg = OmegaConf.merge(prev, stage)
+        prev = chain[-1]  # a full run config already: merging the stage into it checks the stage's keys
+        where = f"suite finetune[{i}] {name}" if len(overrides) > 1 else f"suite finetune {name}"
+        cfg = merge_checked(prev, stage, where=where)
         cfg.name = stage_name(name, i, len(overrides))
         cfg.task.init_from = str(root / "runs" / prev.name)
         cfg.task.init_backbone_only = False  # a stage continues the same model, its memory included
-        where = f"suite finetune[{i}] {name}" if len(overrides) > 1 else f"suite finetune {name}"
-        chain.append(resolve(merge_checked(run_schema(), cfg, where=where)))
+        chain.append(resolve(cfg))
     return chain
 
 
