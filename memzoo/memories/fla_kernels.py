@@ -152,7 +152,7 @@ def chunkwise(kernel: str, gated: bool, torch_form: Callable[..., tuple[Tensor, 
     that raises, forward or (tried once on a small slice first) backward, is named in that line and
     PyTorch runs from then on for this device and dtype."""
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, g, beta, s0))
-    key = (gated, str(q.device), q.dtype, backward)
+    key = path_key(gated, q.device, q.dtype, backward)
     choice = plan(kernel, gated, q.device, q.dtype, backward)
     if choice.run is not None:
         try:
@@ -175,9 +175,14 @@ def chunkwise(kernel: str, gated: bool, torch_form: Callable[..., tuple[Tensor, 
 BACKWARD_TRIED: set[tuple] = set()
 
 
+def path_key(gated: bool, device: torch.device, dtype: torch.dtype, backward: bool) -> tuple:
+    """What FAILED and BACKWARD_TRIED are keyed by: one path per method, device, dtype and gradient."""
+    return gated, str(device), dtype, backward
+
+
 def plan(kernel: str, gated: bool, device: torch.device, dtype: torch.dtype, backward: bool) -> KernelChoice:
     """`choose`, except that under kernel=auto a path whose fla call raised before runs PyTorch."""
-    failed = FAILED.get((gated, str(device), dtype, backward)) if kernel == "auto" else None
+    failed = FAILED.get(path_key(gated, device, dtype, backward)) if kernel == "auto" else None
     return torch_fallback(gated, failed) if failed else choose(kernel, gated, device, dtype, backward)
 
 

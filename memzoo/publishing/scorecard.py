@@ -140,8 +140,8 @@ def write_scorecard(scores: list[SuiteScore], methods: list[str], out_dir: Path,
     index = load_index()
     lines = [f"# Scorecard: {', '.join(methods)}", ""]
     for s in scores:
-        metric, higher = suite_score(s.suite).name, suite_score(s.suite).higher_is_better
-        lines += [f"## {s.suite} ({metric}, {'higher' if higher else 'lower'} is better)", ""]
+        metric = suite_score(s.suite)
+        lines += [f"## {s.suite} ({metric.name}, {'higher' if metric.higher_is_better else 'lower'} is better)", ""]
         if s.note:
             lines += [f"_{s.note}_", ""]
         lines += [table_md(_shown(rank_table(s, methods))), "",
