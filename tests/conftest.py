@@ -14,7 +14,7 @@ torch.set_num_threads(1)
 
 from memzoo.core.plugins import registered  # noqa: E402
 # The tiny model and per-method options live in the package: `memzoo check` builds the same ones.
-from memzoo.conformance.invariants import TINY_OPTIONS, tiny_memory_config, tiny_model, tiny_model_config  # noqa: E402, F401
+from memzoo.conformance.tiny import TINY_OPTIONS, tiny_memory_config, tiny_model, tiny_model_config  # noqa: E402, F401
 
 METHODS = sorted(registered())
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from memzoo.core.config import ConfigError
-from memzoo.data.babi_stories import (DROPS, GETS, MOVES, OBJECTS, PEOPLE, STORY_TASKS, StorySettings, generate,
-                                      story_split)
+from memzoo.data.babi_stories import StorySettings, generate
+from memzoo.data.babi_world import DROPS, GETS, MOVES, OBJECTS, PEOPLE, STORY_TASKS, story_split
 from memzoo.data.babilong import PLACES
 from memzoo.runs.configure import load_config
 

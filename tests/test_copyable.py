@@ -10,7 +10,8 @@ import torch
 from memzoo.data.copyable import (DEFAULT_EDGES, DEFAULT_K, beyond_window_copyable, bpb_by_band, bpb_on_mask,
                                   copy_classes, last_earlier_occurrence, position_bands, target_layout,
                                   visible_start, within_window_copyable)
-from memzoo.data.corpus import Document, stream_documents
+from memzoo.data.corpus import Document
+from memzoo.data.samplers import stream_documents
 
 
 def classes(doc, k: int, window: int, segment_len: int | None = None) -> str:

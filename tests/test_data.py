@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from memzoo.core.config import DataConfig
-from memzoo.data.corpus import WindowSampler, load_documents, split_documents, split_of, stream_documents
+from memzoo.data.corpus import load_documents, split_documents, split_of
+from memzoo.data.samplers import WindowSampler, stream_documents
 
 
 def test_stdlib_corpus_is_the_interpreters_source_and_split_is_deterministic() -> None:

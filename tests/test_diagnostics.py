@@ -15,7 +15,7 @@ from torch import nn
 
 from memzoo.analysis import accuracy_by_key_segment, passkey_by_length, wilson_interval
 from memzoo.evaluations.generate import StreamingDecoder
-from memzoo.evaluations.longrange import LongRangeConfig, passkey_length
+from memzoo.evaluations.passkey_recall import LongRangeConfig, passkey_length
 
 N = 128
 KEY_AT_END = re.compile(rb"Remember it\. (\d+)")  # the key's second mention, up to its last digit
@@ -157,7 +157,7 @@ class PairsInState(nn.Module):
 
 
 def test_recall_streams_the_training_layout_and_its_reset_ablation() -> None:
-    from memzoo.evaluations.longrange import recall_length
+    from memzoo.evaluations.passkey_recall import recall_length
 
     task = SimpleNamespace(name="recall", gap_segments=1, pairs=4, queries=6, local_queries=2, alphabet=8)
     model = PairsInState(16)

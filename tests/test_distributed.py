@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-from memzoo.data.corpus import WindowSampler, load_documents, split_documents
+from memzoo.data.corpus import load_documents, split_documents
+from memzoo.data.samplers import WindowSampler
 from memzoo.runs.checkpoints import load_checkpoint
 from memzoo.runs.configure import load_config
 from memzoo.runs.distributed import DistInfo, shard_rows

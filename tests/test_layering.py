@@ -203,6 +203,23 @@ def test_every_package_is_a_layer_and_the_architecture_page_names_it() -> None:
     assert not missing, f"docs/architecture.md does not name {missing}"
 
 
+MAX_LINES = 300  # a module a reader takes in whole; a method file that reads like its paper may run longer
+PAPER_FILES = "memories"  # the folder of method files
+
+
+def test_modules_stay_small_and_no_two_names_look_alike() -> None:
+    """No module of memzoo/ outside the method files runs past MAX_LINES lines, and no package holds two
+    modules whose names differ only by an ending (table.py beside tables.py, bpb.py beside bpb_figures.py)."""
+    long = [f"{path.relative_to(ROOT)}: {n} lines" for path in sorted((ROOT / "memzoo").rglob("*.py"))
+            if path.parent.name != PAPER_FILES and (n := path.read_text().count("\n")) > MAX_LINES]
+    assert not long, f"modules above {MAX_LINES} lines (split them by what they hold): {long}"
+    alike = []
+    for folder in sorted({p.parent for p in (ROOT / "memzoo").rglob("*.py")}):
+        names = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+        alike += [f"{folder.relative_to(ROOT)}: {a}.py ~ {b}.py" for a in names for b in names if a != b and b.startswith(a)]
+    assert not alike, f"look-alike module names: {alike}"
+
+
 @pytest.mark.parametrize("statement, module", [
     ("from memzoo.training.train import train", "memzoo.core.model"),
     ("import memzoo.evaluations.distance", "memzoo.evaluations.capacity"),

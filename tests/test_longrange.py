@@ -11,9 +11,11 @@ import pytest
 import torch
 
 import memzoo.evaluations.longrange as longrange
+import memzoo.evaluations.passkey_recall as passkey_recall
 from memzoo.runs.checkpoints import load_run
 from memzoo.runs.configure import load_config
-from memzoo.evaluations.longrange import LongRangeConfig, evaluate_longrange, passkey_length
+from memzoo.evaluations.longrange import evaluate_longrange
+from memzoo.evaluations.passkey_recall import LongRangeConfig, passkey_length
 from memzoo.training.train import train
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=32", "train.batch_size=2",
@@ -47,14 +49,14 @@ def test_accuracy_is_counted_per_depth(run_dir: Path, monkeypatch) -> None:
         texts = [f" {k}." if ok else " 00000." for k, ok in zip(keys, right)]
         return torch.tensor([list(t.encode()[:max_new_tokens].ljust(max_new_tokens)) for t in texts])
 
-    real_prompt = longrange.passkey_prompt
+    real_prompt = passkey_recall.passkey_prompt
 
     def spy_prompt(length, depth, key):
         seen.setdefault("keys", []).append(key)
         return real_prompt(length, depth, key)
 
-    monkeypatch.setattr(longrange.StreamingDecoder, "generate", fake_generate)
-    monkeypatch.setattr(longrange, "passkey_prompt", spy_prompt)
+    monkeypatch.setattr(passkey_recall.StreamingDecoder, "generate", fake_generate)
+    monkeypatch.setattr(passkey_recall, "passkey_prompt", spy_prompt)
     rows = passkey_length(model, 600, cfg, progress=False)
     assert [r["depth"] for r in rows] == [0.0, 0.5, 1.0]
     assert [r["accuracy"] for r in rows] == [1.0, 0.5, 0.0]
@@ -69,8 +71,8 @@ def test_budget_gives_rows_not_a_crash(run_dir: Path) -> None:
     assert len(rows) == 2 and all(r["accuracy"] is None for r in rows)
     assert all(r["status"].startswith("out of budget: time limit") for r in rows)
     assert 0 < rows[0]["tokens_done"] < rows[0]["tokens"]
-    rows = longrange.recall_length(model, 3000, LongRangeConfig(task="recall", lengths=[3000], memory_limit_mb=1,
-                                                                isolate=False), progress=False)
+    rows = passkey_recall.recall_length(model, 3000, LongRangeConfig(task="recall", lengths=[3000], memory_limit_mb=1,
+                                                                     isolate=False), progress=False)
     assert rows[0]["status"].startswith("out of budget: memory limit 1 MB") and rows[0]["accuracy"] is None
 
 
@@ -211,10 +213,10 @@ def test_a_perfect_memory_scores_one(run_dir: Path, monkeypatch) -> None:
     """The whole scoring path (prompt, streaming in chunks, answer length, exact match; recall's
     answer positions) gives accuracy 1.0 to a decoder that remembers everything."""
     _, model = load_run(run_dir)
-    monkeypatch.setattr(longrange, "StreamingDecoder", OracleDecoder)
+    monkeypatch.setattr(passkey_recall, "StreamingDecoder", OracleDecoder)
     rows = passkey_length(model, 1500, LongRangeConfig(lengths=[1500], depths=[0.0, 0.5, 1.0], trials=2, isolate=False),
                           progress=False)
     assert [r["accuracy"] for r in rows] == [1.0, 1.0, 1.0]
-    (row,) = longrange.recall_length(model, 700, LongRangeConfig(task="recall", lengths=[700], pairs=12, queries=5,
-                                                                 trials=3, isolate=False), progress=False)
+    (row,) = passkey_recall.recall_length(model, 700, LongRangeConfig(task="recall", lengths=[700], pairs=12, queries=5,
+                                                                      trials=3, isolate=False), progress=False)
     assert row["accuracy"] == 1.0 and row["exact"] == 1.0

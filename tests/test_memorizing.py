@@ -374,6 +374,7 @@ def test_faiss_search_runs_no_float32_torch_op_in_a_float64_model() -> None:
     """The faiss index is float32 only: its inputs are cast in numpy, so a float64 model with the faiss
     backend still executes no narrower torch op (the `precision` invariant, on that backend)."""
     pytest.importorskip("faiss")
-    from memzoo.conformance.invariants import TINY_OPTIONS, check_precision
+    from memzoo.conformance.precision import check_precision
+    from memzoo.conformance.tiny import TINY_OPTIONS
 
     check_precision("memorizing", {**TINY_OPTIONS["memorizing"], "knn_backend": "faiss"})

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from memzoo.analysis import memory_gain, pairing_gain, segment_differences, summary_table
-from memzoo.analysis.stats import bootstrap_versus, paired_bootstrap, paired_t
+from memzoo.analysis.stats import paired_t
+from memzoo.analysis.bootstrap import bootstrap_versus, paired_bootstrap
 from memzoo.core.memory import LayerInputs, LayerMemory, State, zero_loss
 from memzoo.core.model import is_memory_name
 from memzoo.core.plugins import register_memory, registered, unregister_memory

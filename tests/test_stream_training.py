@@ -10,7 +10,8 @@ import torch
 
 import memzoo.training.train as train_module
 from memzoo.core.config import ConfigError
-from memzoo.data.corpus import Document, StreamSampler
+from memzoo.data.corpus import Document
+from memzoo.data.samplers import StreamSampler
 from memzoo.runs.checkpoints import load_checkpoint
 from memzoo.training.train import train
 

@@ -22,7 +22,7 @@ from memzoo.core.plugins import registered
 from memzoo.core.window import slide, window_init
 from memzoo.memories.xl import XLConfig
 from memzoo.runs.checkpoints import carried_state, save_checkpoint
-from memzoo.conformance.invariants import tiny_memory_config
+from memzoo.conformance.tiny import tiny_memory_config
 
 B, H, N, D, W, BASE = 2, 2, 6, 4, 4, 10000.0
 FULL_SEGMENTS, LAST = 3, 4  # three whole segments, then a partial one of LAST positions

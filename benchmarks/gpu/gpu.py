@@ -158,7 +158,7 @@ def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
     (`device` cpu: a dry run of the same code, for checking it without a GPU.) `profile`: one more
     step under torch's profiler, untimed, its costliest kernels printed."""
     from memzoo.core.losses import LN2
-    from memzoo.data.corpus import WindowSampler
+    from memzoo.data.samplers import WindowSampler
     from memzoo.runs.configure import build_model
     from memzoo.training.train import train_window
 

@@ -118,7 +118,7 @@ def saved_bytes(model: torch.nn.Module, peak: list[int]) -> Iterator[None]:
 def bench(cfg: Any, docs: list, steps: int, device: torch.device, count_ops: bool, warmup: int,
           saved: bool) -> dict[str, Any]:
     """Time `steps` training steps after `warmup` untimed ones; memory and (optionally) aten calls."""
-    from memzoo.data.corpus import WindowSampler
+    from memzoo.data.samplers import WindowSampler
     from memzoo.runs.configure import build_model
     from memzoo.training.windows import train_window
 

@@ -22,7 +22,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from memzoo.data.corpus import WindowSampler, load_documents, split_documents
+from memzoo.data.corpus import load_documents, split_documents
+from memzoo.data.samplers import WindowSampler
 from memzoo.runs.configure import build_model, load_config
 from memzoo.training.train import train_window
 

@@ -18,7 +18,8 @@ import torch
 
 from memzoo.core.config import ConfigError
 from memzoo.core.plugins import registered
-from memzoo.data.corpus import WindowSampler, load_documents, split_documents
+from memzoo.data.corpus import load_documents, split_documents
+from memzoo.data.samplers import WindowSampler
 from memzoo.runs.configure import build_model, load_config
 from memzoo.training.train import train_window
 

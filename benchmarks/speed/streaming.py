@@ -22,7 +22,8 @@ from memzoo.analysis import length_cost_table, load_results, longrange_table
 from memzoo.core.config import ConfigError, to_yaml
 from memzoo.core.plugins import registered
 from memzoo.runs.configure import build_model, load_config
-from memzoo.evaluations.longrange import LongRangeConfig, evaluate_longrange
+from memzoo.evaluations.longrange import evaluate_longrange
+from memzoo.evaluations.passkey_recall import LongRangeConfig
 
 
 def untrained_run(method: str, root: Path) -> Path:

@@ -11,7 +11,7 @@ from memzoo.analysis.capacity import (best_lr, capacity_curves, capacity_table, 
                                       is_capacity_table, pareto_front)
 from memzoo.analysis.bpb import (headroom_recovered, memory_ablation, memory_gain, pairing_gain, range_differences,
                                  segment_differences, summary_table)
-from memzoo.analysis.bpb_figures import (bpb_by_segment, cost_per_method, footprint_vs_bpb, footprint_vs_gain,
+from memzoo.analysis.lm_figures import (bpb_by_segment, cost_per_method, footprint_vs_bpb, footprint_vs_gain,
                                          gain_by_segment, memory_vs_state)
 from memzoo.analysis.gates import gate_heatmaps, gate_table
 from memzoo.analysis.passkey import cost_vs_length, length_cost_table, longrange_table, passkey_heatmaps
@@ -22,8 +22,8 @@ from memzoo.analysis.longrange import (accuracy_by_key_segment, answer_loss_curv
 from memzoo.analysis.distance import (distance_curves, distance_reach, distance_summary, distance_table,
                                       distance_versus, is_distance_table)
 from memzoo.analysis.babilong import babilong_curves, babilong_summary, babilong_table, is_babilong_table
-from memzoo.analysis.stats import (bootstrap_versus, compare_groups, mean_interval, paired_bootstrap, paired_t,
-                                   ratio_interval, welch_p, wilson_interval)
+from memzoo.analysis.stats import compare_groups, mean_interval, paired_t, ratio_interval, welch_p, wilson_interval
+from memzoo.analysis.bootstrap import bootstrap_versus, paired_bootstrap
 
 __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb", "bpb_by_segment",
            "cost_per_method", "gate_table", "gate_heatmaps", "longrange_table", "passkey_heatmaps", "cost_vs_length",

@@ -7,8 +7,9 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from memzoo.analysis.stats import (REFERENCE, bootstrap_versus, compare_groups, holm, paired_differences, paired_t, per_seed,
-                                   RatioEstimate, ratio_interval)
+from memzoo.analysis.stats import (REFERENCE, RatioEstimate, compare_groups, holm, paired_differences, paired_t, per_seed,
+                                   ratio_interval)
+from memzoo.analysis.bootstrap import bootstrap_versus
 from memzoo.analysis.results import bits_after, bpb_over, group_keys, long_by_segment
 
 

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from memzoo.analysis.palette import colour, legend_order, marker, spread
-from memzoo.analysis.stats import REFERENCE, bootstrap_versus, compare_groups, t_halfwidth
+from memzoo.analysis.stats import REFERENCE, compare_groups, t_halfwidth
+from memzoo.analysis.bootstrap import bootstrap_versus
 
 FACETS = ["pairs", "gap_segments"]
 REQUIRED = ["method", "seed", "footprint_measured", "pairs", "gap_segments", "recall_accuracy"]

@@ -25,7 +25,8 @@ import pandas as pd
 
 from memzoo.analysis.palette import legend_order, style, variant_lines
 from memzoo.analysis.results import variant_labels
-from memzoo.analysis.stats import bootstrap_versus, paired_differences, paired_t, per_seed, t_halfwidth
+from memzoo.analysis.stats import paired_differences, paired_t, per_seed, t_halfwidth
+from memzoo.analysis.bootstrap import bootstrap_versus
 
 COLUMNS = ["method", "variant", "seed", "rewrites", "trained_gap", "gap_segments", "reset_after_pairs", "status",
            "recall_accuracy", "recall_chance", "recall_stale", "recall_stale_chance", "recall_hits_by_example",

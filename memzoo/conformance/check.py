@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterator, Optional
 
 from memzoo.core.config import ConfigError
 from memzoo.core.plugins import get_memory
-from memzoo.conformance.invariants import INVARIANTS, TINY_OPTIONS, NotApplicable
+from memzoo.conformance.invariants import INVARIANTS
+from memzoo.conformance.tiny import TINY_OPTIONS, NotApplicable
 
 
 @dataclass

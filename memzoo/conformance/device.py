@@ -70,7 +70,8 @@ def check(name: str, method: str, options: dict[str, Any], device: torch.device,
     """Rows (one per precision) of the device's errors against the float64 CPU oracle;
     `tols` replaces the default tolerances, `grad` False checks the forward alone (`note` says why)."""
     from memzoo.core.model import MemoryModel
-    from memzoo.conformance.invariants import FloatOps, tiny_memory_config, tiny_model_config
+    from memzoo.conformance.precision import FloatOps
+    from memzoo.conformance.tiny import tiny_memory_config, tiny_model_config
 
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 256, (B, S, N), generator=g)

@@ -7,15 +7,10 @@ when it cannot be checked (the footprint card of an out-of-tree plugin that has 
 """
 from __future__ import annotations
 
-from collections import Counter
-from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from memzoo.core.config import ModelConfig
 from memzoo.core.losses import token_nll
 from memzoo.core.memory import state_numbers
 from memzoo.core.model import MemoryModel
@@ -23,69 +18,9 @@ from memzoo.core.plugins import get_memory
 from memzoo.data.corpus import Batch
 from memzoo.training.windows import train_window
 from memzoo.conformance.catalog import card_footprint, load_cards
-
-# Options that make each in-tree method's memory matter at the tiny size (mem_len = one segment,
-# etc.). They live here, not in the tests, because `memzoo check` starts from them too.
-TINY_OPTIONS: dict[str, dict[str, Any]] = {
-    "xl": {"mem_len": 8},
-    "compressive": {"mem_len": 8, "cmem_len": 4, "compression_rate": 2},
-    "memorizing": {"store_size": 32, "mem_len": 8, "top_k": 4},
-    "rmt": {"n_mem_tokens": 2},
-    "infty-former": {"n_basis": 8, "mem_len": 8},
-    "titans-mac": {"chunk_size": 4, "n_persistent": 2},
-    "titans-mag": {"chunk_size": 4, "n_persistent": 2},
-    # W_V starts at zero in the paper (a silent memory, no reach and no gradient through the state
-    # until W_V learns); the untrained tiny model needs it nonzero for the invariants to see the memory.
-    "armt": {"n_mem_tokens": 2, "d_mem": 4, "w_v_init_std": 0.2},
-}
-
-B, S, N, V = 2, 4, 8, 256  # batch rows, segments, segment length (tiny_model_config's), vocabulary
-
-
-class NotApplicable(Exception):
-    """An invariant that cannot be checked for this memory (reported as SKIP, never as a pass)."""
-
-
-def tiny_model_config(**kw: Any) -> ModelConfig:
-    """The tiny backbone the invariants run on: 2 layers, d_model 32, 2 heads, segments of 8."""
-    base = dict(d_model=32, n_layers=2, n_heads=2, segment_len=N, mlp_ratio=2.0)
-    base.update(kw)
-    return ModelConfig(**base)
-
-
-def tiny_memory_config(method: str, options: Optional[dict[str, Any]] = None) -> Any:
-    """The method's config from `options` (None: its TINY_OPTIONS)."""
-    return get_memory(method).config(**(TINY_OPTIONS.get(method, {}) if options is None else options))
-
-
-def tiny_model(method: str, seed: int = 0, options: Optional[dict[str, Any]] = None, **kw: Any) -> MemoryModel:
-    """A tiny model of `method` in eval mode, its weights drawn from `seed`."""
-    torch.manual_seed(seed)
-    model = MemoryModel(tiny_model_config(**kw), method, tiny_memory_config(method, options))
-    model.eval()
-    return model
-
-
-def tokens(seed: int = 1, s: int = S) -> torch.Tensor:
-    """Random bytes [B, s, N] from a fixed seed."""
-    return torch.randint(0, V, (B, s, N), generator=torch.Generator().manual_seed(seed))
-
-
-def boundary(row: int, segment: int) -> torch.Tensor:
-    """Document starts [B, S]: only `row` starts a new document, at `segment`."""
-    reset = torch.zeros(B, S, dtype=torch.bool)
-    reset[row, segment] = True
-    return reset
-
-
-def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max())
-
-
-def first_over(a: torch.Tensor, b: torch.Tensor, tol: float, unit: str = "position") -> str:
-    """Where |a - b| first exceeds tol along dim 1 (a position or a segment), for failure messages."""
-    over = ((a - b).abs() > tol).flatten(2).any(-1).any(0)  # [L]
-    return f"first at {unit} {int(over.nonzero()[0])}" if bool(over.any()) else "nowhere"
+from memzoo.conformance.precision import check_precision, check_precision_bf16
+from memzoo.conformance.tiny import (B, N, S, V, NotApplicable, boundary, first_over, max_diff, tiny_memory_config,
+                                     tiny_model, tiny_model_config, tokens)
 
 
 def check_causality(method: str, options: dict[str, Any]) -> None:
@@ -261,90 +196,6 @@ def check_finite(method: str, options: dict[str, Any], scale: float = 1e4, gain:
     bad += [f"grad {name}" for name, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
     assert not bad, f"not finite with the embedding x{scale:g} and attention inputs x{gain:g}: {', '.join(bad[:6])}" + (
         f" and {len(bad) - 6} more" if len(bad) > 6 else "")
-
-
-FACTORIES = {"aten.zeros", "aten.new_zeros", "aten.zeros_like", "aten.scalar_tensor", "aten.full", "aten.new_full",
-             "aten.lift_fresh", "aten.empty", "aten.new_empty"}  # ops that make a tensor from no tensor data
-HARMLESS = "a zero scalar made in float32 (exact in any dtype: `torch.zeros(())` as an auxiliary loss)"
-# How to make a tensor in the model's dtype, said with every precision failure.
-PRECISION_FIX = ("make tensors from the inputs (`x.new_zeros(shape)`, `torch.zeros(shape, dtype=x.dtype, device=x.device)`) "
-                 "and keep state and arithmetic in `self.working_dtype(x)` (memzoo.core.memory.zero_loss(x) for a zero loss)")
-
-
-def caller_line() -> str:
-    """The innermost frame of the running code outside torch and this module: 'file.py:LINE: code'."""
-    import traceback
-
-    for frame in reversed(traceback.extract_stack()[:-2]):
-        path = frame.filename.replace("\\", "/")
-        if "/torch/" in path or path.endswith(("/conformance/invariants.py", "/contextlib.py")):
-            continue
-        return f"{Path(path).name}:{frame.lineno}: {(frame.line or '').strip()}"
-    return "?"
-
-
-class FloatOps(TorchDispatchMode):
-    """Records the dtype of every floating-point tensor each op returns: {(op, dtype): count}, and for
-    each (op, dtype) the first line of code outside torch that ran it. It sees what ran (forward,
-    backward, state creation), not what the code says. A zero scalar made by a factory op is exact in
-    every dtype and counted apart (`harmless`), never as narrower."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: Counter[tuple[str, torch.dtype]] = Counter()
-        self.first: dict[tuple[str, torch.dtype], str] = {}
-        self.harmless = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        op = str(func.overloadpacket)
-        for t in pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.is_floating_point():
-                if op in FACTORIES and t.dim() == 0 and not bool(t):
-                    self.harmless += 1
-                    continue
-                self.seen[(op, t.dtype)] += 1
-                self.first.setdefault((op, t.dtype), caller_line())
-        return out
-
-    def narrower_than(self, dtype: torch.dtype) -> list[str]:
-        """The ops that returned a floating dtype other than `dtype`, most frequent first, each with the
-        first line that ran it: 'aten.mm float32 x4 (first at plugin.py:31: out = a @ b)'."""
-        bad = [(n, op, dt) for (op, dt), n in self.seen.items() if dt != dtype]
-        return [f"{op} {str(dt).removeprefix('torch.')} x{n} (first at {self.first[(op, dt)]})"
-                for n, op, dt in sorted(bad, key=lambda b: (-b[0], b[1]))]
-
-
-def check_precision(method: str, options: dict[str, Any]) -> None:
-    """A float64 model computes in float64: its forward and backward over S segments (with a
-    document boundary) execute no float32, bf16 or fp16 floating-point op (recorded, not read)."""
-    model = tiny_model(method, options=options).double().train()
-    x = tokens()
-    with FloatOps() as ops:
-        out = model(x, reset=boundary(0, 2))
-        loss = token_nll(out.logits, torch.roll(x, -1, dims=-1)).mean() + out.aux_loss
-        loss.backward()
-    bad = ops.narrower_than(torch.float64)
-    assert not bad, (f"{method}: a float64 forward and backward ran {len(bad)} kind(s) of narrower floating-point "
-                     f"op (the precision policy: memzoo.core.precision.working_dtype): {'; '.join(bad[:8])}"
-                     + (f" and {len(bad) - 8} more" if len(bad) > 8 else "") + f". Fix: {PRECISION_FIX}")
-
-
-def check_precision_bf16(method: str, options: dict[str, Any]) -> None:
-    """Under bf16 autocast (CPU) a training step keeps every floating state tensor in the dtype the
-    precision policy names for its memory (float32 unless the plugin declares a narrower state_floor)."""
-    model = tiny_model(method, options=options).train()
-    x = tokens()
-    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-        out = model(x, reset=boundary(0, 2))
-        loss = token_nll(out.logits, torch.roll(x, -1, dims=-1)).mean() + out.aux_loss
-    loss.backward()
-    owners = [*model.memories, model.model_memory]
-    bad = [f"state[{i}][{key!r}] {str(value.dtype).removeprefix('torch.')} (policy: "
-           f"{str(owner.state_dtype()).removeprefix('torch.')})"
-           for i, (owner, st) in enumerate(zip(owners, out.state.all())) for key, value in st.items()
-           if value.is_floating_point() and value.dtype != owner.state_dtype()]
-    assert not bad, f"{method}: after a bf16 autocast step the state is not in the policy's dtype: {', '.join(bad[:6])}"
 
 
 # The invariants in the order `memzoo check` runs and prints them.

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from memzoo.conformance.invariants import tiny_model
+from memzoo.conformance.tiny import tiny_model
 
 # The nine methods that existed before the per-layer hooks (the pin is about them; new methods are not in it).
 PINNED = ["compressive", "full", "infini-delta", "infini-linear", "infty-former", "local", "memorizing", "rmt", "xl"]

@@ -1,6 +1,6 @@
 """The plugin interface: what a memory is to the backbone.
 
-Two kinds, covering the six methods:
+Two kinds, covering every method:
 
 * `LayerMemory` (one instance per layer; Infini, XL, Compressive, Memorizing, ∞-former, and the
   baselines). The layer hands it the segment's queries, keys and values (no positional encoding)
@@ -257,30 +257,6 @@ class NoMemory(LayerMemory):
     @classmethod
     def lookback(cls, cfg: Any, model: ModelConfig) -> Optional[list[int]]:
         return [0] * model.n_layers  # the segment itself and nothing before it
-
-
-class HeadGate(nn.Module):
-    """A learned scalar per head mixing a memory readout with local attention:
-    out = sigmoid(β) ⊙ A_mem + (1 − sigmoid(β)) ⊙ A_dot (Infini's β, Memorizing's b).
-
-    β starts at `init` (0: sigmoid 0.5, unsaturated); its learning-rate multiplier and weight decay
-    are separate optimiser settings (decay pulls gates towards 0.5).
-    """
-
-    def __init__(self, n_heads: int, init: float = 0.0, lr_mult: float = 1.0, weight_decay: float = 0.0):
-        super().__init__()
-        self.beta = nn.Parameter(torch.full((n_heads,), float(init)))  # [H]
-        self.optim_overrides = {"beta": {"lr_mult": float(lr_mult), "weight_decay": float(weight_decay)}}
-
-    def forward(self, a_mem: Tensor, a_dot: Tensor, head_dim: int = -3) -> Tensor:
-        """Mix along the head axis `head_dim` of [..., H, N, D] tensors."""
-        shape = [1] * a_dot.dim()
-        shape[head_dim] = -1
-        g = torch.sigmoid(self.beta).view(shape)
-        return g * a_mem.to(a_dot.dtype) + (1 - g) * a_dot
-
-    def values(self) -> Tensor:
-        return torch.sigmoid(self.beta.detach())
 
 
 def state_numbers(states: list[State], batch_size: int) -> int:

@@ -109,7 +109,7 @@ def within_window_copyable(doc: Union[Tensor, bytes], k: int = DEFAULT_K, window
 
 def target_layout(mask: Tensor, segment_len: int) -> Tensor:
     """A target-aligned mask [..., L] in the corpus's segment layout [..., S, N]: slot (s, n) holds byte
-    s*N + n + 1; slots past the document's end are False. S = ceil((L-1) / N), as corpus.num_segments."""
+    s*N + n + 1; slots past the document's end are False. S = ceil((L-1) / N), as samplers.num_segments."""
     targets = mask[..., 1:]  # [..., L-1]: byte 0 is never a target
     s = -(-targets.shape[-1] // segment_len)
     pad = s * segment_len - targets.shape[-1]

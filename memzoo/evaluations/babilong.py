@@ -29,7 +29,8 @@ from tqdm.auto import tqdm
 
 from memzoo.core.config import ConfigError
 from memzoo.core.model import MemoryModel
-from memzoo.data.babi_stories import STORY_TASKS, StorySettings, generate
+from memzoo.data.babi_stories import StorySettings, generate
+from memzoo.data.babi_world import STORY_TASKS
 from memzoo.data.babilong import (QUESTION_TEMPLATE, Sample, check_task_name, label_chance, length_bytes, read_samples,
                                   score_exact, score_official)
 from memzoo.data.tasks import bytes_to_tensor

@@ -25,7 +25,8 @@ from memzoo.core.losses import LN2, token_nll
 from memzoo.core.memory import state_bytes
 from memzoo.core.model import MemoryModel
 from memzoo.core.precision import autocast_context
-from memzoo.data.corpus import load_documents, split_documents, stream_documents
+from memzoo.data.corpus import load_documents, split_documents
+from memzoo.data.samplers import stream_documents
 from memzoo.evaluations.byte_classes import byte_class_columns
 from memzoo.evaluations.registry import Command, Evaluation, Score, register_evaluation
 from memzoo.analysis.results import bpb_over

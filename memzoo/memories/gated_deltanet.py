@@ -42,7 +42,8 @@ from torch import Tensor, nn
 
 from memzoo.core.compiled import check_compile_mode, compiled
 from memzoo.core.config import ModelConfig
-from memzoo.core.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
+from memzoo.core.memory import LayerInputs, LayerMemory, State, zero_loss
+from memzoo.core.head_gate import HeadGate
 from memzoo.core.plugins import register_memory
 from memzoo.core.probe import listening, probe
 from memzoo.memories import fla_kernels

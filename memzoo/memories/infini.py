@@ -51,7 +51,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from memzoo.core.config import ModelConfig
-from memzoo.core.memory import HeadGate, LayerInputs, LayerMemory, State, zero_loss
+from memzoo.core.memory import LayerInputs, LayerMemory, State, zero_loss
+from memzoo.core.head_gate import HeadGate
 from memzoo.core.plugins import register_memory
 from memzoo.core.probe import probe
 

@@ -70,7 +70,8 @@ from torch import Tensor, nn
 from memzoo.core.config import ModelConfig
 from memzoo.core.fifo import (delayed, fifo_init, fifo_push_filled, fifo_reset, filled, kv_prefix, kv_slot_shapes, push_kv,
                               shifted)
-from memzoo.core.memory import HeadGate, LayerMemory, SegmentInputs, State, zero_loss
+from memzoo.core.memory import LayerMemory, SegmentInputs, State, zero_loss
+from memzoo.core.head_gate import HeadGate
 from memzoo.core.plugins import register_memory
 from memzoo.core.probe import probe
 from memzoo.core.window import beyond_window_delay

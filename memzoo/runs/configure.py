@@ -14,8 +14,8 @@ from typing import Any, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.core.config import (ConfigError, load_yaml_chain, merge_checked, parse_overrides, model_config, run_schema,
-                                check_ranges, preset_path, resolve_interpolations)
+from memzoo.core.config import ConfigError, model_config, run_schema, check_ranges
+from memzoo.core.overrides import load_yaml_chain, merge_checked, parse_overrides, preset_path, resolve_interpolations
 from memzoo.core.model import INIT_STREAMS, MemoryModel
 from memzoo.core.plugins import get_memory, registered
 from memzoo.core.precision import PRECISIONS

@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.core.config import ConfigError, merge_checked, run_schema
+from memzoo.core.config import ConfigError, run_schema
+from memzoo.core.overrides import merge_checked
 from memzoo.runs.configure import load_config, resolve
 from memzoo.training.curriculum import finetune_chain, stage_overrides, stages_within_reach
 from memzoo.suites.suite_plugins import suite_methods

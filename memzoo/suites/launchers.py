@@ -18,7 +18,8 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.core.config import ConfigError, merge_checked
+from memzoo.core.config import ConfigError
+from memzoo.core.overrides import merge_checked
 
 LAUNCHERS = ("local", "submitit-local", "slurm")
 # SLURM states (sacct) in which a job may still produce its run; UNKNOWN: submitted, not yet listed.

@@ -14,7 +14,8 @@ from typing import Any, Optional
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.core.config import merge_checked, run_schema, to_yaml
+from memzoo.core.config import run_schema, to_yaml
+from memzoo.core.overrides import merge_checked
 from memzoo.runs.configure import resolve
 from memzoo.training.curriculum import prepare_stage
 from memzoo.evaluations.registry import run_evaluation

@@ -8,8 +8,9 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from memzoo.core.config import (ConfigError, apply_indexed, load_yaml_chain, merge_checked, parse_overrides, preset_path,
-                                split_indexed)
+from memzoo.core.config import ConfigError
+from memzoo.core.overrides import (apply_indexed, load_yaml_chain, merge_checked, parse_overrides, preset_path,
+                                   split_indexed)
 
 
 @dataclass
@@ -43,7 +44,8 @@ class SuiteConfig:
     # Curriculum stages past a method's reach are not trained (memzoo.training.curriculum.stages_within_reach):
     # a memory whose window cannot bridge a stage's largest gap (memzoo.evaluations.reach) stops at the stage before.
     stop_at_reach: bool = False
-    # Optional last stage: long-range evaluations of each run, a list of memzoo.evaluations.longrange.LongRangeConfig
+    # Optional last stage: long-range evaluations of each run, a list of
+    # memzoo.evaluations.passkey_recall.LongRangeConfig
     # options (e.g. [{task: passkey, lengths: [...], depths: [...]}]), with task: distance of
     # memzoo.evaluations.distance.DistanceConfig options (recall at gaps), or with task: babilong of
     # memzoo.evaluations.babilong.BabilongConfig options; their rows join the results table.

@@ -24,7 +24,8 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from memzoo.core.config import ConfigError, merge_checked, run_schema
+from memzoo.core.config import ConfigError, run_schema
+from memzoo.core.overrides import merge_checked
 from memzoo.runs.configure import legacy_memory_options, resolve, saved_run_config
 from memzoo.evaluations.reach import max_reach_segments
 

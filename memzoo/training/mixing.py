@@ -18,7 +18,8 @@ from typing import Callable, ContextManager, Optional
 import torch
 from omegaconf import DictConfig
 
-from memzoo.data.corpus import Batch, WindowSampler, load_documents, split_documents
+from memzoo.data.corpus import Batch, load_documents, split_documents
+from memzoo.data.samplers import WindowSampler
 from memzoo.core.model import MemoryModel
 from memzoo.training.windows import train_window
 

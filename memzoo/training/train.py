@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 from memzoo.core.config import ConfigError, TrainConfig, to_yaml
 from memzoo.core.losses import LN2
 from memzoo.core.model import MemoryModel
-from memzoo.data.corpus import Batch, StreamSampler, WindowSampler, load_documents, split_documents
+from memzoo.data.corpus import Batch, load_documents, split_documents
+from memzoo.data.samplers import StreamSampler, WindowSampler
 from memzoo.data.tasks import TaskSampler
 from memzoo.runs import distributed as dist
 from memzoo.training.backbones import is_shipped, load_shipped_backbone
