@@ -140,6 +140,12 @@ def test_the_worked_example_runs_through_a_suite_stage_the_table_and_the_cli(cop
     assert json.loads(out.stdout)[0]["accuracy"] == rows[0]["accuracy"]
     assert subprocess.run([sys.executable, "-m", "memzoo", "copy", str(run_dir)], capture_output=True).returncode == 2
 
+    from memzoo.publishing.scorecard import suite_score  # the kind's scorecard metric ranks a suite that runs it
+
+    score = suite_score("quick", ["longrange=[{task: copy, length: 8}]", "scorecard=null"])
+    assert (score.name, score.higher_is_better) == ("copy_accuracy", True)
+    assert score.of_row(pd.Series(row)) == rows[0]["accuracy"]
+
     monkeypatch.setattr(Copier, "length", 24)
     monkeypatch.setitem(copy_kind, "StreamingDecoder", Copier)
     (perfect,) = run_evaluation(run_dir, {"task": "copy", "length": 24, "trials": 2})

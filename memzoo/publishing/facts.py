@@ -10,10 +10,12 @@ Quantities per method of a bits-per-byte suite (paired by seed, 95% t half-width
   buys, buys_mean    what the memory buys: reset before every segment minus read, segments >= 1
   headroom           headroom recovered on segments >= 1 with its Fieller interval
   sig_after          "after Holm" or "not after Holm": the test of `after` over every method
+  seed0_after, seed0_whole, seed0_buys   the same at seed 0 alone (no interval): one run's numbers
 
 Per method of a recall suite (capacity-top): `mean` (recall, "0.50"), `min_seed` and `max_seed`; and
 for the suite `chance` (guessing among the stored values) and `reset_range` (the lowest and highest
-method's mean with its state reset before the query segment, "0.12–0.13").
+method's mean with its state reset before the query segment, "0.12–0.13"). The distance suite gives the
+same `chance` and `reset_range` (every method and gap) and per method `mean`, its recall over every gap.
 
 Measured rows (memzoo.publishing.references.MEASURED) give facts too: `gpu-speed.ROW.ratio` (training
 tokens/s over local's in the same call, "0.31"), `.peak_gb` and `.card`, ROW the method with its options
@@ -26,7 +28,8 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from memzoo.analysis import capacity_table, headroom_recovered, memory_ablation, memory_gain, summary_table
+from memzoo.analysis import (capacity_table, distance_summary, headroom_recovered, memory_ablation, memory_gain,
+                             summary_table)
 from memzoo.analysis.beyond_window import ceiling_check, seed_gains, window_summary
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
@@ -61,6 +64,20 @@ def bpb_facts(rows: pd.DataFrame) -> dict[str, str]:
         if method in ablation.index:
             g = ablation.loc[method]
             out[f"{method}.buys"], out[f"{method}.buys_mean"] = f"{g['memory_gain']:.3f} ± {g['ci']:.3f}", f"{g['memory_gain']:.3f}"
+    return out | seed_facts(rows[rows["seed"] == 0], "seed0")
+
+
+def seed_facts(rows: pd.DataFrame, prefix: str) -> dict[str, str]:
+    """METHOD.PREFIX_after, _whole and _buys of one seed's rows (what one run of the README's command prints)."""
+    if rows.empty:
+        return {}
+    gain, ablation = memory_gain(rows).set_index("method"), memory_ablation(rows).set_index("method")
+    out: dict[str, str] = {}
+    for method in gain.index.drop(REFERENCE, errors="ignore"):
+        out[f"{method}.{prefix}_after"] = signed(gain.loc[method, "diff_after_vs_local"])
+        out[f"{method}.{prefix}_whole"] = signed(gain.loc[method, "diff_all_vs_local"])
+        if method in ablation.index:
+            out[f"{method}.{prefix}_buys"] = f"{ablation.loc[method, 'memory_gain']:.3f}"
     return out
 
 
@@ -116,12 +133,24 @@ def recall_facts(rows: pd.DataFrame) -> dict[str, str]:
     return out
 
 
+def distance_facts(rows: pd.DataFrame) -> dict[str, str]:
+    """chance, reset_range (the lowest and highest mean recall with the state reset after the last write,
+    over every method and gap) and METHOD.mean (mean recall over every gap measured) of the distance suite."""
+    table = distance_summary(rows)
+    out = {"chance": f"{table['chance'].mean():.2f}",
+           "reset_range": f"{table['reset'].min():.2f}–{table['reset'].max():.2f}"}
+    for method, group in table.groupby("method"):
+        out[f"{method}.mean"] = f"{group['accuracy'].mean():.2f}"
+    return out
+
+
 FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {
     "lm-stream": bpb_facts,
     "lm-stream-sotu": bpb_facts,
     "lm-stream-gpu": bpb_facts,
     "lm-window": window_facts,
     "capacity-top": recall_facts,
+    "distance": distance_facts,
 }
 
 

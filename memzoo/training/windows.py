@@ -6,7 +6,6 @@ import contextlib
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Optional
 
-import torch
 
 from memzoo.core.losses import token_nll
 from memzoo.core.model import MemoryModel, ModelState
