@@ -29,7 +29,6 @@ printed and the forward alone is checked; the rest of the script runs on.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any, Optional
 
 import torch
 
+from memzoo.evaluations.harness import atomic_csv
 from memzoo.conformance.device import (BF16_TOL, FLA_KERNEL_TOL, FLA_TOL, FP32_TOL, TF32_TOL, check, first_line,  # noqa: F401
                                        rel, valid_slots)
 
@@ -177,16 +177,6 @@ def print_row(r: dict[str, Any]) -> None:
           f"{'  ' + r['note'] if r.get('note') else ''}", flush=True)
 
 
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    """The rows so far, every column any row has (rewritten after each case: a run cut off keeps its rows)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
@@ -212,12 +202,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         for r in new:
             print_row(r)
         rows += new
-        write_csv(rows, path)
+        atomic_csv(path, rows)
     if no_fla is None and (not args.only or "fla-recurrence" in args.only.split(",")):
         for r in check_fla_recurrence(device):
             print_row(r)
             rows.append(r)
-    write_csv(rows, path)
+    atomic_csv(path, rows)
     bad = sorted({r["case"] for r in rows if not r["ok"]})
     print(f"wrote {path}; {len(bad)} failing: {', '.join(bad) or 'none'}")
     return 1 if bad else 0

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import tiny_model, tiny_model_config
+from memzoo.conformance.tiny import streamed
 from memzoo.core.attention import LocalAttention
 from memzoo.core.memory import LayerInputs
 from memzoo.memories.gated_deltanet import (
@@ -258,11 +259,8 @@ def test_conv_cache_spans_segments_shorter_than_the_kernel(method: str) -> None:
     x = torch.randint(0, 256, (2, 6, 2), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         one_shot = model(x)
-        state, parts = model.initial_state(2), []
-        for s in range(6):
-            out = model(x[:, s : s + 1], state)
-            state, parts = out.state, parts + [out.logits]
-    assert (torch.cat(parts, dim=1) - one_shot.logits).abs().max() < 1e-5
+        by_segment = streamed(model, x)
+    assert (by_segment - one_shot.logits).abs().max() < 1e-5
 
     with torch.no_grad():
         state = model(x[:, :2]).state

@@ -21,7 +21,6 @@ form through torch.compile, beside the suite's eager row).
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import re
 import sys
@@ -223,16 +222,9 @@ def profile_step(step: Callable[[], Any], method: str, device: torch.device, top
           flush=True)
 
 
-def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
-    """The rows so far as a CSV with every column any row has, in first-seen order."""
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def main(argv: Optional[list[str]] = None) -> int:
+    from memzoo.evaluations.harness import atomic_csv  # memzoo imported inside functions, as everywhere in this script
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5, help="timed bf16 training steps per method (after one warm-up)")
     ap.add_argument("--batch-size", type=int, default=None, help="rows per step (default: the suite's train.batch_size)")
@@ -305,7 +297,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         else:
             peak_mb = f"  peak {row['peak_cuda_mb']:,.0f} MB" if row.get("peak_cuda_mb") is not None else ""
             print(f"{method:14s} {row['status']}{peak_mb}", flush=True)
-        write_rows(rows, out / "gpu.csv")  # after every method: a killed run keeps the rows it measured
+        atomic_csv(out / "gpu.csv", rows)  # after every method: a killed run keeps the rows it measured
     local = next((r["tokens_per_s"] for r in rows if r["method"] == "local" and "tokens_per_s" in r), None)
     for r in rows:
         if local and "tokens_per_s" in r:
@@ -314,7 +306,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("training tokens/s as a ratio to local, measured in this call: " + ", ".join(
             f"{r['method']} {r['ratio_to_local']:.2f}x" for r in sorted(rows, key=lambda r: -r.get("ratio_to_local", -1))
             if "ratio_to_local" in r))
-    write_rows(rows, out / "gpu.csv")
+    atomic_csv(out / "gpu.csv", rows)
     print(f"wrote {out / 'gpu.csv'}")
     bad = [r["method"] for r in rows if r.get("status") == "loss not finite" or r.get("xformers_ok") is False]
     return 1 if bad else 0

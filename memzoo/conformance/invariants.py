@@ -19,8 +19,8 @@ from memzoo.data.corpus import Batch
 from memzoo.training.windows import train_window
 from memzoo.conformance.catalog import card_footprint, load_cards
 from memzoo.conformance.precision import check_precision, check_precision_bf16
-from memzoo.conformance.tiny import (B, N, S, V, NotApplicable, boundary, first_over, max_diff, tiny_memory_config,
-                                     tiny_model, tiny_model_config, tokens)
+from memzoo.conformance.tiny import (B, N, S, V, NotApplicable, boundary, first_over, max_diff, streamed,
+                                     tiny_memory_config, tiny_model, tiny_model_config, tokens)
 
 
 def check_causality(method: str, options: dict[str, Any]) -> None:
@@ -61,15 +61,10 @@ def check_streaming(method: str, options: dict[str, Any]) -> None:
     reset = boundary(1, 2)
     with torch.no_grad():
         one_shot = model(x, reset=reset).logits  # [B, S, N, V]
-        state, parts = model.initial_state(B), []
-        for s in range(S):
-            out = model(x[:, s : s + 1], state, reset[:, s : s + 1])
-            state = out.state
-            parts.append(out.logits)
-    streamed = torch.cat(parts, dim=1)
-    diff = max_diff(streamed, one_shot)
+        by_segment = streamed(model, x, reset)
+    diff = max_diff(by_segment, one_shot)
     assert diff < 1e-4, (f"streaming segment by segment differs from one call by {diff:.2e} "
-                         f"({first_over(streamed, one_shot, 1e-4, 'segment')})")
+                         f"({first_over(by_segment, one_shot, 1e-4, 'segment')})")
 
 
 def check_partial_last_segment(method: str, options: dict[str, Any]) -> None:

@@ -72,3 +72,14 @@ def first_over(a: torch.Tensor, b: torch.Tensor, tol: float, unit: str = "positi
     """Where |a - b| first exceeds tol along dim 1 (a position or a segment), for failure messages."""
     over = ((a - b).abs() > tol).flatten(2).any(-1).any(0)  # [L]
     return f"first at {unit} {int(over.nonzero()[0])}" if bool(over.any()) else "nowhere"
+
+
+def streamed(model: MemoryModel, x: torch.Tensor, reset: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Logits [B, S, N, V] of tokens x [B, S, N] fed one segment per call through the state API (the
+    other side of every streaming = one-shot comparison); reset [B, S] marks document starts."""
+    state, parts = model.initial_state(x.shape[0]), []
+    for s in range(x.shape[1]):
+        out = model(x[:, s : s + 1], state, None if reset is None else reset[:, s : s + 1])
+        state = out.state
+        parts.append(out.logits)
+    return torch.cat(parts, dim=1)

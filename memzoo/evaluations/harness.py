@@ -7,7 +7,9 @@ a stored row (`reusable`), and atomic writes of the rows into the run folder (`a
 from __future__ import annotations
 
 import concurrent.futures as cf
+import csv
 import hashlib
+import io
 import json
 import multiprocessing
 import os
@@ -141,6 +143,18 @@ def atomic_text(path: Path, text: str) -> None:
 def atomic_json(path: Path, obj: Any) -> None:
     """`obj` as indented JSON, written atomically (`atomic_text`)."""
     atomic_text(path, json.dumps(obj, indent=1))
+
+
+def atomic_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Rows as CSV with every column any row has, in first-seen order, written atomically (a benchmark
+    rewrites its file after each row, so one cut off keeps what it measured)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_text(path, text.getvalue())
 
 
 def method_of(run_dir: Path) -> str:
