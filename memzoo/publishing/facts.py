@@ -145,6 +145,7 @@ def distance_facts(rows: pd.DataFrame) -> dict[str, str]:
 
 
 FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {
+    "quick": bpb_facts,
     "lm-stream": bpb_facts,
     "lm-stream-sotu": bpb_facts,
     "lm-stream-gpu": bpb_facts,
