@@ -77,3 +77,17 @@ def test_a_ceiling_above_the_floor_leaves_no_headroom() -> None:
     table = headroom_table(rows(full=([0.05, 0.04, 0.06], [0.05, 0.06, 0.07]))).set_index("variant")
     assert table.loc["m", "headroom_status"] == "no headroom (full above local)" and table.loc["m", "headroom"] is None
     assert table.loc["m", "headroom_corrected_status"] == "no headroom (full above local)"
+
+
+def test_the_bands_table_reads_each_band_against_the_floor() -> None:
+    """m's bytes 0-7 read 0.9 bits against the floor's 1.0 at every seed: -0.100 ± 0, significant; a band
+    no row measured is a dash, and the floor has no row of its own."""
+    from memzoo.publishing.tables import lm_window_bands
+
+    data = rows()
+    data["bits_by_doc_band_0-7"] = [[0.9, 0.9] if m == "m" else [1.0, 1.0] for m in data["method"]]
+    lines = lm_window_bands(data).splitlines()
+    assert lines[0].startswith("| method | seeds | bytes 0–7 | bytes 8–15 |")
+    (m_row,) = [line for line in lines if line.startswith("| `m` |")]
+    assert m_row.split(" | ")[1:4] == ["0, 1, 2", "−0.100 ± 0.000 *", "–"]
+    assert not any(line.startswith("| `local` |") for line in lines)

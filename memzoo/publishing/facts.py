@@ -30,7 +30,7 @@ import pandas as pd
 
 from memzoo.analysis import (capacity_table, distance_summary, headroom_recovered, memory_ablation, memory_gain,
                              summary_table)
-from memzoo.analysis.beyond_window import ceiling_check, seed_gains, window_summary
+from memzoo.analysis.beyond_window import band_table, ceiling_check, class_keys, seed_gains, window_summary
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
 from memzoo.publishing.references import MEASURED, load_measured, load_references
@@ -90,7 +90,8 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
     """VARIANT.QUANTITY for the window suite (its table's numbers: after, seg0, beyond, buys, headroom,
     headroom_corrected, each with _mean where it has an interval), `ceiling.seg0` (full - floor at
     segment 0), `ceiling.holds` and `floor.vs_block_local` (the window floor against lm-stream's `local`
-    on segments >= 1, paired by seed: what the window alone buys)."""
+    on segments >= 1, paired by seed: what the window alone buys); `none` and `sig_none`: the difference on
+    bytes no earlier 9-gram makes copyable (what weights, not a memory, can buy)."""
     rows = with_ceiling(rows)
     out: dict[str, str] = {}
     for _, r in window_summary(rows).iterrows():
@@ -104,6 +105,12 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
         for q in ("headroom", "headroom_corrected"):
             if f"{q}_status" in r:
                 out[f"{name}.{q}"] = ratio_cell(r, q)
+    bands = band_table(rows) if class_keys(rows) else pd.DataFrame(columns=["method", "class"])
+    none = bands[(bands["method"] != REFERENCE) & (bands["class"] == "copy_none")].dropna(subset=["diff_vs_floor"])
+    for _, r in none.iterrows():
+        name = slug(r["variant"])
+        out[f"{name}.none"], out[f"{name}.none_mean"] = quantities(r["diff_vs_floor"], r["ci"])
+        out[f"{name}.sig_none"] = "after Holm" if r["sig"] else "not after Holm"
     floor_rows = rows[rows["method"] == REFERENCE]
     if "tokens_by_doc_copy_beyond" in floor_rows:  # the same documents and classes for every run of the floor
         first = floor_rows.iloc[0]

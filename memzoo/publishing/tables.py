@@ -13,7 +13,7 @@ import pandas as pd
 
 from memzoo.analysis import (capacity_table, distance_reach, distance_summary, headroom_recovered, memory_ablation,
                              memory_gain, summary_table, variant_labels)
-from memzoo.analysis.beyond_window import window_summary
+from memzoo.analysis.beyond_window import band_table, window_summary
 from memzoo.analysis.distance import common_gaps_only
 from memzoo.analysis.bpb import CEILING, NO_HEADROOM
 from memzoo.analysis.stats import REFERENCE
@@ -212,10 +212,29 @@ def lm_window_table(rows: pd.DataFrame) -> str:
                      "headroom recovered (raw; segment-0-corrected)"], out, right=[2])
 
 
+BANDS = {"band_0-7": "0–7", "band_8-15": "8–15", "band_16-31": "16–31", "band_32-63": "32–63", "band_64-127": "64–127",
+         "copy_none": "not copyable"}  # the window table's position bands (bytes into the segment) and copy class
+
+
+def lm_window_bands(rows: pd.DataFrame) -> str:
+    """Where in the segment each variant differs from the window floor: the paired difference by position
+    band (segments >= 1) and on bytes no earlier 9-gram lets anyone copy (`*`: after Holm within the band)."""
+    table = band_table(rows)
+    table = table[(table["method"] != REFERENCE) & table["class"].isin(list(BANDS))]
+    out = []
+    for variant, group in table.groupby("variant", sort=False):
+        cells = {r["class"]: interval(r["diff_vs_floor"], r["ci"], sign=True) + (" *" if r["sig"] else "")
+                 for _, r in group.iterrows()}
+        seeds = sorted(rows.loc[variant_labels(rows).to_numpy() == variant, "seed"].unique())
+        out.append([f"`{variant}`", ", ".join(map(str, seeds)), *(cells.get(c, "–") for c in BANDS)])
+    return markdown(["method", "seeds", *(f"bytes {b}" if c.startswith("band") else b for c, b in BANDS.items())], out)
+
+
 # generated-block name -> (shipped suite, the function that writes its table)
 TABLES: dict[str, tuple[str, Callable[[pd.DataFrame], str]]] = {
     "quick-table": ("quick", quick_table),
     "lm-window-table": ("lm-window", lm_window_table),
+    "lm-window-bands": ("lm-window", lm_window_bands),
     "lm-stream-table": ("lm-stream", lm_stream_table),
     "lm-stream-sotu-table": ("lm-stream-sotu", lm_stream_table),
     "lm-stream-gpu-table": ("lm-stream-gpu", lm_stream_table),
