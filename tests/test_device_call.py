@@ -15,9 +15,10 @@ def test_the_gpu_plan_runs_checks_beside_the_warm_up_and_times_alone_last(tmp_pa
     groups = device_call.stages(tmp_path, dry_run=False, checks="local", evaluate=False, profile="xl")
     assert [[s.name for s in g] for g in groups] == [["cuda_check", "warmup"], ["gpu"]]
     warm, timing = groups[0][1].argv, groups[1][0].argv
-    for row in device_call.COMPILED_ROWS:  # every compiled row is warmed up, then timed right after local
-        assert row in warm[warm.index("--methods") + 1]
-    assert timing[timing.index("--methods") + 1].startswith("local," + device_call.COMPILED_ROWS[0])
+    for row in device_call.COMPILED_ROWS + device_call.TF32_ROWS:  # every compiled row is warmed up
+        assert row in warm[warm.index("--methods") + 1].split(",")
+    assert timing[timing.index("--methods") + 1].startswith("local," + device_call.TF32_ROWS[0])
+    assert all(f"--also={row.replace('[', ':').rstrip(']')}" in timing for row in device_call.TF32_ROWS)
     assert timing[timing.index("--profile") + 1] == "xl" and "--only" in groups[0][0].argv
     full = device_call.stages(tmp_path, dry_run=False)
     assert [[s.name for s in g] for g in full] == [["cuda_check", "warmup"], ["eval_check"], ["gpu"]]

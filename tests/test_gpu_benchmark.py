@@ -54,3 +54,31 @@ def test_kernels_option_times_each_deltanet_path_once_and_leaves_the_others() ->
     assert list(gpu.with_kernels(configs, ["auto"])) == list(configs)
     with pytest.raises(SystemExit, match="'triton'"):
         gpu.with_kernels(configs, ["triton"])
+
+
+def test_also_adds_a_memory_variant_and_a_training_setting_and_refuses_an_unknown_option() -> None:
+    configs = gpu.method_configs(["run.data.max_docs=4"])
+    rows = gpu.with_variants(configs, ["gated-deltanet:chunk_size=16,train.tf32=true"])
+    variant = rows["gated-deltanet[chunk_size=16,train.tf32=true]"]
+    assert variant.memory.chunk_size == 16 and variant.train.tf32 is True
+    assert configs["gated-deltanet"].train.tf32 is False and configs["gated-deltanet"].memory.chunk_size != 16
+    with pytest.raises(SystemExit, match="no option 'train.nope'"):
+        gpu.with_variants(configs, ["local:train.nope=1"])
+
+
+def test_tf32_follows_the_run_config_on_cuda_only() -> None:
+    """use_tf32 sets both switches to train.tf32 for a CUDA run and leaves them for a CPU run."""
+    from omegaconf import OmegaConf
+
+    from memzoo.runs.configure import use_tf32
+
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        use_tf32(OmegaConf.create({"train": {"tf32": True}}), torch.device("cuda"))
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        use_tf32(OmegaConf.create({"train": {"tf32": False}}), torch.device("cpu"))
+        assert torch.backends.cuda.matmul.allow_tf32, "a CPU run must not touch CUDA's switches"
+        use_tf32(OmegaConf.create({"train": {"tf32": False}}), torch.device("cuda"))
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

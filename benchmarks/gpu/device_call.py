@@ -11,7 +11,7 @@ off or failing costs its own rows only):
      of 3 (their first step only: inductor's cache is filled, so that 3 times steps, not compiles);
   2. checks/eval_check.py: `memzoo eval` on the GPU, timed against a training step;
   3. alone: benchmarks/gpu/gpu.py, training tokens/s of every method at the paper-gpu backbone (batch 48,
-     bf16) and its ratio to local, the compiled DeltaNets beside their eager rows, those rows first.
+     bf16) and its ratio to local; first the compiled rows with TF32 (train.tf32) and without.
 Wheels in .whl/ (omegaconf, which the image lacks) are installed into /tmp/site first. `--dry-run`
 runs every stage on the CPU at a tiny backbone in seconds (tests/test_device_call.py): it checks the
 script, not the GPU. Exit status: the number of stages that failed. On one H100 (2026-11-27) it took
@@ -30,8 +30,11 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPILED_ROWS = ["gated-deltanet[compile=default]", "deltanet[compile=default]"]
-ALSO = [f"--also={row.replace('[', ':').rstrip(']')}" for row in COMPILED_ROWS]
+# The suite's compiled rows (paper-gpu compiles the DeltaNets' read and Titans' chunk step), and the same
+# with their float32 products in TF32 (train.tf32): warmed up in stage 1, timed first in stage 3.
+COMPILED_ROWS = ["gated-deltanet", "deltanet", "titans-mac", "titans-mag"]
+TF32_ROWS = ["gated-deltanet[train.tf32=true]", "deltanet[train.tf32=true]", "titans-mac[train.tf32=true]"]
+ALSO = [f"--also={row.replace('[', ':').rstrip(']')}" for row in TF32_ROWS]
 
 
 @dataclass
@@ -57,11 +60,11 @@ def stages(out: Path, dry_run: bool, checks: Optional[str] = None, evaluate: boo
                 [Stage("eval_check", [py, "checks/eval_check.py", "--device", "cpu", "--steps", "2", "--out", str(out)], 120)],
                 [Stage("gpu", [py, "benchmarks/gpu/gpu.py", "--device", "cpu", "--steps", "1", "--methods",
                                "local,deltanet[compile=eager]", "--also=deltanet:compile=eager", "--out", str(out)], 120)]]
-    first = ",".join(["local", *COMPILED_ROWS, "gated-deltanet", "deltanet", "titans-mac", "titans-mag", "*"])
+    first = ",".join(["local", *TF32_ROWS, *COMPILED_ROWS, "*"])
     only = ["--only", checks] if checks else []
     groups = [[Stage("cuda_check", [py, "checks/cuda_check.py", *only, "--out", str(out)], 140),
                 Stage("warmup", [py, "benchmarks/gpu/gpu.py", "--steps", "0", "--peak-tflops", "989", *ALSO, "--methods",
-                                ",".join(["titans-mac", "titans-mag", *COMPILED_ROWS]), "--out", str(out / "warmup")], 140)],
+                                ",".join([*COMPILED_ROWS, *TF32_ROWS]), "--out", str(out / "warmup")], 140)],
               [Stage("eval_check", [py, "checks/eval_check.py", "--out", str(out)], 40)],
               [Stage("gpu", [py, "benchmarks/gpu/gpu.py", "--steps", "3", *ALSO, "--methods", first, "--max-seconds", "110",
                              *(["--profile", profile] if profile else []), "--out", str(out)], 140)]]

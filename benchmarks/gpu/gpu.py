@@ -16,7 +16,8 @@ once per kernel path named (their `kernel` option: auto, torch, fla), as rows `d
 a path that cannot run (fla absent, or refused on this GPU and Triton) gets a row saying why.
 `--also METHOD:OPTION=VALUE[,OPTION=VALUE]` (repeatable) times one more row of that method with those
 memory options, named `METHOD[OPTION=VALUE,...]` (e.g. `gated-deltanet:compile=default`, the chunkwise
-form through torch.compile, beside the suite's eager row).
+form through torch.compile, beside the suite's eager row); `train.KEY=VALUE` sets a training setting
+(`gated-deltanet:compile=default,train.tf32=true`: its float32 products in TF32). Each row says its `tf32`.
 """
 from __future__ import annotations
 
@@ -117,7 +118,9 @@ def with_kernels(configs: dict[str, Any], kernels: list[str]) -> dict[str, Any]:
 
 
 def with_variants(configs: dict[str, Any], also: list[str]) -> dict[str, Any]:
-    """`configs` plus one row per `METHOD:OPTION=VALUE[,OPTION=VALUE]`, named `METHOD[OPTION=VALUE,...]`."""
+    """`configs` plus one row per `METHOD:OPTION=VALUE[,OPTION=VALUE]`, named `METHOD[OPTION=VALUE,...]`; an
+    option `train.KEY` sets the run's training setting instead of the memory's (`train.tf32=true`)."""
+    import copy
     import dataclasses
 
     import yaml
@@ -130,12 +133,17 @@ def with_variants(configs: dict[str, Any], also: list[str]) -> dict[str, Any]:
         if method not in configs or not options:
             raise SystemExit(f"--also {spec!r}: expected METHOD:OPTION=VALUE[,OPTION=VALUE] with METHOD among "
                              f"{', '.join(configs)}")
-        variant = configs[method].copy()
+        variant = copy.deepcopy(configs[method])
         fields = {f.name for f in dataclasses.fields(get_memory(method).config_cls)}
         for pair in options.split(","):
             key, _, value = pair.partition("=")
+            section, _, train_key = key.partition(".")
+            if section == "train" and train_key in variant.train:  # a training setting, e.g. train.tf32=true
+                variant.train[train_key] = yaml.safe_load(value)
+                continue
             if key not in fields:
-                raise SystemExit(f"--also {spec!r}: {method} has no option {key!r} (it has {', '.join(sorted(fields))})")
+                raise SystemExit(f"--also {spec!r}: {method} has no option {key!r} (it has {', '.join(sorted(fields))}, "
+                                 "or train.KEY for a training setting)")
             variant.memory[key] = yaml.safe_load(value)
         out[f"{method}[{options}]"] = variant
     return out
@@ -158,10 +166,11 @@ def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
     step under torch's profiler, untimed, its costliest kernels printed."""
     from memzoo.core.losses import LN2
     from memzoo.data.samplers import WindowSampler
-    from memzoo.runs.configure import build_model
+    from memzoo.runs.configure import build_model, use_tf32
     from memzoo.training.train import train_window
 
     cuda = device.type == "cuda"
+    use_tf32(cfg, device)  # every row sets it, so a tf32 row leaves the next one as its config says
     tc, m = cfg.train, cfg.model
     sampler = WindowSampler(docs, m.segment_len, 0)
     torch.manual_seed(0)
@@ -184,7 +193,7 @@ def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
         profile_step(lambda: train_window(model, batch, tc.bptt_segments, tc.aux_loss_weight, "bf16"), method, device)
     tokens = tc.batch_size * tc.window_segments * m.segment_len * steps
     if steps == 0:  # a warm-up alone (compiles, fills inductor's cache): nothing timed
-        return {"method": method, "params": model.num_parameters(), "batch_size": tc.batch_size,
+        return {"method": method, "params": model.num_parameters(), "batch_size": tc.batch_size, "tf32": bool(tc.tf32),
                 "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None,
                 "train_bpb_last": bpb, "status": "warm-up step only" if math.isfinite(bpb) else "loss not finite"}
     flops = model_flops_per_token(model, m.n_layers, m.segment_len, m.d_model)
@@ -195,7 +204,7 @@ def bench_method(method: str, cfg: Any, docs: list, steps: int, peak: float,
         except Exception as err:  # xformers failing is a finding for its column, not a lost row
             xf_error = f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
     return {
-        "method": method, "params": model.num_parameters(), "batch_size": tc.batch_size,
+        "method": method, "params": model.num_parameters(), "batch_size": tc.batch_size, "tf32": bool(tc.tf32),
         "tokens_per_s": tokens / elapsed, "model_flops_per_token": flops,
         "model_tflops": flops * tokens / elapsed / 1e12, "mfu": flops * tokens / elapsed / peak,
         "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None, "train_bpb_last": bpb,

@@ -99,6 +99,10 @@ class TrainConfig:
     # with bf16 units where a timed matrix product is faster in bf16 (memzoo.core.precision); else fp32
     precision: str = "fp32"
     device: str = "auto"  # auto | cpu | cuda
+    # CUDA only: float32 matrix products and convolutions in TF32 (10-bit mantissa, several times faster on
+    # Ampere and later). Under bf16 autocast it is what the float32 state updates run in; checks/cuda_check.py
+    # holds every method to 1e-2 in it. The CPU ignores it.
+    tf32: bool = False
     threads: int = 0  # torch threads on CPU; 0 = torch's default
     checkpoint_every: int = 100
     log_every: int = 10

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from memzoo.core.config import ConfigError
 from memzoo.core.model import MemoryModel, ModelState, is_memory_name
-from memzoo.runs.configure import build_model, load_run_config, pick_device
+from memzoo.runs.configure import build_model, load_run_config, pick_device, use_tf32
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
@@ -119,6 +119,7 @@ def load_run(run_dir: str | Path, device: str | torch.device | None = "cpu") -> 
     run_dir = Path(run_dir)
     cfg = run_config(run_dir)
     device = eval_device(cfg)[0] if device is None else device
+    use_tf32(cfg, torch.device(device))
     model = build_model(cfg).to(device)
     if (run_dir / "checkpoint.pt").is_file():
         model.load_state_dict(load_checkpoint(run_dir, device)["model"])

@@ -159,6 +159,14 @@ def run_device(cfg: DictConfig) -> torch.device:
     return device
 
 
+def use_tf32(cfg: DictConfig, device: torch.device) -> None:
+    """Set CUDA's TF32 switches (matrix products, cuDNN) to the run's train.tf32 when it runs on CUDA; on
+    the CPU leave them (they do not apply there)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = bool(cfg.train.tf32)
+        torch.backends.cudnn.allow_tf32 = bool(cfg.train.tf32)
+
+
 def build_model(cfg: DictConfig) -> MemoryModel:
     """The untrained model of a resolved config: the backbone with its method's memory, initialised
     from the run's seed (`model.init_streams`)."""

@@ -28,7 +28,7 @@ from memzoo.runs import distributed as dist
 from memzoo.training.backbones import is_shipped, load_shipped_backbone
 from memzoo.runs.checkpoints import (carried_state, load_backbone, load_checkpoint, load_run_weights, restore_rng_states,
                                         rng_states, save_checkpoint)
-from memzoo.runs.configure import build_model, run_device, saved_run_config
+from memzoo.runs.configure import build_model, run_device, saved_run_config, use_tf32
 from memzoo.evaluations.lm import evaluate_run
 from memzoo.evaluations.registry import end_of_training
 from memzoo.evaluations.run_result import gate_values, precision_columns
@@ -96,6 +96,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
     run_dir = Path(run_dir) if run_dir is not None else run_dir_for(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     rank, device = dist.setup(device)
+    use_tf32(cfg, device)
     if tc.threads:
         torch.set_num_threads(tc.threads)
     ckpt_path = run_dir / "checkpoint.pt"
