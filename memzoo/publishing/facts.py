@@ -11,6 +11,7 @@ Quantities per method of a bits-per-byte suite (paired by seed, 95% t half-width
   headroom           headroom recovered on segments >= 1 with its Fieller interval
   sig_after          "after Holm" or "not after Holm": the test of `after` over every method
   seed0_after, seed0_whole, seed0_buys   the same at seed 0 alone (no interval): one run's numbers
+  in_window, past_window   difference from local on segments 1-7 (inside a training window of 8) and 8-31
 
 Per method of a recall suite (capacity-top): `mean` (recall, "0.50"), `min_seed` and `max_seed`; and
 for the suite `chance` (guessing among the stored values) and `reset_range` (the lowest and highest
@@ -29,7 +30,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from memzoo.analysis import (capacity_table, distance_summary, headroom_recovered, memory_ablation, memory_gain,
-                             summary_table)
+                             range_differences, summary_table)
 from memzoo.analysis.beyond_window import band_table, ceiling_check, class_keys, seed_gains, window_summary
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
@@ -64,6 +65,9 @@ def bpb_facts(rows: pd.DataFrame) -> dict[str, str]:
         if method in ablation.index:
             g = ablation.loc[method]
             out[f"{method}.buys"], out[f"{method}.buys_mean"] = f"{g['memory_gain']:.3f} ± {g['ci']:.3f}", f"{g['memory_gain']:.3f}"
+    ranges = range_differences(rows, {"in_window": (1, 7), "past_window": (8, 31)})
+    for _, r in ranges[ranges["method"] != REFERENCE].iterrows():  # inside a training window's 8 segments, past it
+        out[f"{r['method']}.{r['range']}"], out[f"{r['method']}.{r['range']}_mean"] = quantities(r["diff_vs_local"], r["ci"])
     return out | seed_facts(rows[rows["seed"] == 0], "seed0")
 
 
