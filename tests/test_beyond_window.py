@@ -91,3 +91,12 @@ def test_the_bands_table_reads_each_band_against_the_floor() -> None:
     (m_row,) = [line for line in lines if line.startswith("| `m` |")]
     assert m_row.split(" | ")[1:4] == ["0, 1, 2", "−0.100 ± 0.000 *", "–"]
     assert not any(line.startswith("| `local` |") for line in lines)
+
+
+def test_variant_labels_read_whole_grid_values_without_a_decimal_point() -> None:
+    """A grid column that holds NaN for another method's rows is float: 33 must still read `mem_len=33`."""
+    from memzoo.analysis.results import variant_labels
+
+    df = pd.DataFrame({"method": ["xl", "xl", "local", "m", "m"], "grid_mem_len": [128.0, 33.0, None, None, None],
+                       "grid_decay": [None, None, None, 0.5, 0.25]})
+    assert variant_labels(df).tolist() == ["xl mem_len=128", "xl mem_len=33", "local", "m decay=0.5", "m decay=0.25"]

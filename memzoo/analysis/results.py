@@ -44,9 +44,17 @@ def variant_labels(df: pd.DataFrame) -> pd.Series:
     for method, rows in df.groupby("method", sort=False):
         varying = [c for c in grid if rows[c].astype(str).nunique() > 1]
         if varying:
-            labels.loc[rows.index] = [f"{method} " + ", ".join(f"{c[5:]}={r[c]}" for c in varying)
+            labels.loc[rows.index] = [f"{method} " + ", ".join(f"{c[5:]}={grid_value(r[c])}" for c in varying)
                                       for _, r in rows.iterrows()]
     return labels
+
+
+def grid_value(value: object) -> str:
+    """A grid value as a label shows it: a whole number without its ".0" (a column that also holds
+    NaN for other methods' rows reads 33 back as 33.0)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def bits_after(row: pd.Series, first: int, last: Optional[int] = None) -> tuple[float, float]:
