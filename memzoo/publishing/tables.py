@@ -221,11 +221,11 @@ def lm_window_bands(rows: pd.DataFrame) -> str:
     band (segments >= 1) and on bytes no earlier 9-gram lets anyone copy (`*`: after Holm within the band)."""
     table = band_table(rows)
     table = table[(table["method"] != REFERENCE) & table["class"].isin(list(BANDS))]
-    out = []
+    labels, out = variant_labels(rows).to_numpy(), []
     for variant, group in table.groupby("variant", sort=False):
         cells = {r["class"]: interval(r["diff_vs_floor"], r["ci"], sign=True) + (" *" if r["sig"] else "")
                  for _, r in group.iterrows()}
-        seeds = sorted(rows.loc[variant_labels(rows).to_numpy() == variant, "seed"].unique())
+        seeds = sorted(rows.loc[labels == variant, "seed"].unique())
         out.append([f"`{variant}`", ", ".join(map(str, seeds)), *(cells.get(c, "–") for c in BANDS)])
     return markdown(["method", "seeds", *(f"bytes {b}" if c.startswith("band") else b for c, b in BANDS.items())], out)
 
