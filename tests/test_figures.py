@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -214,3 +215,21 @@ def test_recall_facts_are_the_capacity_rows_and_a_changed_row_moves_them(facts: 
     moved.loc[moved["method"] == "armt", "recall_accuracy"] = 0.2
     assert recall_facts(moved)["armt.min_seed"] == "0.20"
     assert "<!-- fact:capacity-top.reset_range -->" in (ROOT / "README.md").read_text()
+
+
+def test_the_window_p_fact_is_the_paired_t_test_of_the_shipped_rows_by_hand(facts: dict[str, str]) -> None:
+    """`lm-window.VARIANT.p_after`: the two-sided paired t-test over seeds of the mean bits per byte on
+    segments >= 1 (weighted by bytes), the variant against the window floor, before Holm (prose quotes it beside the verdict)."""
+    from scipy.stats import ttest_rel
+
+    rows = load_references("lm-window")
+
+    def after(method: str) -> dict[int, float]:
+        got = rows[rows["method"] == method]
+        return {int(r["seed"]): float(np.dot(r["bpb_by_segment"][1:], r["tokens_by_segment"][1:])
+                                      / np.sum(r["tokens_by_segment"][1:])) for _, r in got.iterrows()}
+
+    floor, gdn = after("local"), after("gated-deltanet")
+    seeds = sorted(gdn)
+    p = ttest_rel([gdn[s] for s in seeds], [floor[s] for s in seeds]).pvalue
+    assert facts["lm-window.gated-deltanet.p_after"] == f"{p:.3f}"

@@ -92,8 +92,8 @@ def slug(variant: str) -> str:
 
 def window_facts(rows: pd.DataFrame) -> dict[str, str]:
     """VARIANT.QUANTITY for the window suite (its table's numbers: after, seg0, beyond, buys, headroom,
-    headroom_corrected, each with _mean where it has an interval), `ceiling.seg0` (full - floor at
-    segment 0), `ceiling.holds` and `floor.vs_block_local` (the window floor against lm-stream's `local`
+    headroom_corrected, each with _mean where it has an interval; p_after, the unadjusted p), `ceiling.seg0`
+    (full - floor at segment 0), `ceiling.holds` and `floor.vs_block_local` (the window floor against lm-stream's `local`
     on segments >= 1, paired by seed: what the window alone buys); `none` and `sig_none`: the difference on
     bytes no earlier 9-gram makes copyable (what weights, not a memory, can buy)."""
     rows = with_ceiling(rows)
@@ -106,6 +106,7 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
             if q in r and r[q] == r[q]:
                 out[f"{name}.{q}"], out[f"{name}.{q}_mean"] = quantities(r[q], r[f"{q}_ci"])
         out[f"{name}.sig_after"] = "after Holm" if r["sig_after"] else "not after Holm"
+        out[f"{name}.p_after"] = f"{r['after_p']:.3f}"  # the paired t-test's p, before Holm
         for q in ("headroom", "headroom_corrected"):
             if f"{q}_status" in r:
                 out[f"{name}.{q}"] = ratio_cell(r, q)
