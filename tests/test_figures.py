@@ -218,8 +218,9 @@ def test_recall_facts_are_the_capacity_rows_and_a_changed_row_moves_them(facts: 
 
 
 def test_the_window_p_fact_is_the_paired_t_test_of_the_shipped_rows_by_hand(facts: dict[str, str]) -> None:
-    """`lm-window.VARIANT.p_after`: the two-sided paired t-test over seeds of the mean bits per byte on
-    segments >= 1 (weighted by bytes), the variant against the window floor, before Holm (prose quotes it beside the verdict)."""
+    """`lm-window.VARIANT.p_after`: the two-sided paired t-test over seeds of the bits per byte on
+    segments >= 1 (weighted by bytes), the variant against the window floor, before Holm (prose quotes
+    it beside the verdict)."""
     from scipy.stats import ttest_rel
 
     rows = load_references("lm-window")

@@ -92,10 +92,11 @@ def slug(variant: str) -> str:
 
 def window_facts(rows: pd.DataFrame) -> dict[str, str]:
     """VARIANT.QUANTITY for the window suite (its table's numbers: after, seg0, beyond, buys, headroom,
-    headroom_corrected, each with _mean where it has an interval; p_after, the unadjusted p), `ceiling.seg0`
-    (full - floor at segment 0), `ceiling.holds` and `floor.vs_block_local` (the window floor against lm-stream's `local`
-    on segments >= 1, paired by seed: what the window alone buys); `none` and `sig_none`: the difference on
-    bytes no earlier 9-gram makes copyable (what weights, not a memory, can buy)."""
+    headroom_corrected, each with _mean where it has an interval; p_after, the unadjusted p),
+    `ceiling.seg0` (full - floor at segment 0), `ceiling.holds` and `floor.vs_block_local` (the window
+    floor against lm-stream's `local` on segments >= 1, paired by seed: what the window alone buys);
+    `none` and `sig_none`: the difference on bytes no earlier 9-gram makes copyable (what weights, not a
+    memory, can buy)."""
     rows = with_ceiling(rows)
     out: dict[str, str] = {}
     for _, r in window_summary(rows).iterrows():
