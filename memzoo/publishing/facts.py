@@ -31,7 +31,7 @@ import pandas as pd
 
 from memzoo.analysis import (capacity_table, distance_summary, headroom_recovered, memory_ablation, memory_gain,
                              range_differences, summary_table)
-from memzoo.analysis.beyond_window import band_table, ceiling_check, class_keys, seed_gains, window_summary
+from memzoo.analysis.beyond_window import CEILING, band_table, ceiling_check, class_keys, seed_gains, window_summary
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
 from memzoo.publishing.references import MEASURED, load_measured, load_references
@@ -90,16 +90,34 @@ def slug(variant: str) -> str:
     return variant.replace(" ", "_").replace("=", "-").replace(",", "")
 
 
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty")
+
+
+def in_words(n: int) -> str:
+    """A count as prose writes it: 'twelve' up to twenty, digits above."""
+    return NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else f"{n:,}"
+
+
 def window_facts(rows: pd.DataFrame) -> dict[str, str]:
     """VARIANT.QUANTITY for the window suite (its table's numbers: after, seg0, beyond, buys, headroom,
     headroom_corrected, each with _mean where it has an interval; p_after, the unadjusted p),
+    `holm.comparisons` (the Holm family on segments >= 1: every variant but the floor, `full` included),
+    `holm.memories` (the memory variants in it) and `holm.better` (memory variants better than the floor
+    after Holm), in words;
     `ceiling.seg0` (full - floor at segment 0), `ceiling.holds` and `floor.vs_block_local` (the window
     floor against lm-stream's `local` on segments >= 1, paired by seed: what the window alone buys);
     `none` and `sig_none`: the difference on bytes no earlier 9-gram makes copyable (what weights, not a
     memory, can buy)."""
     rows = with_ceiling(rows)
     out: dict[str, str] = {}
-    for _, r in window_summary(rows).iterrows():
+    summary = window_summary(rows)
+    compared = summary[summary["method"] != REFERENCE]
+    memories = compared[compared["method"] != CEILING]
+    out["holm.comparisons"], out["holm.memories"] = in_words(len(compared)), in_words(len(memories))
+    better = int((memories["sig_after"] & (memories["after"] < 0)).sum())
+    out["holm.better"] = in_words(better) if better else "none"
+    for _, r in summary.iterrows():
         name = slug(r["variant"])
         if r["method"] == REFERENCE:
             continue
