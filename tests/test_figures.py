@@ -256,3 +256,13 @@ def test_the_window_holm_facts_count_the_family_and_the_memories_better_after_ho
     lowered = few["method"] == "rmt"
     few.loc[lowered, "bpb_by_segment"] = few.loc[lowered, "bpb_by_segment"].map(lambda b: [x - 0.05 for x in b])
     assert window_facts(few)["holm.better"] == "one"
+
+
+@pytest.mark.parametrize("suite", ["lm-window", "lm-stream"])
+def test_the_training_hours_fact_is_the_shipped_rows_tokens_over_throughput(facts: dict[str, str], suite: str) -> None:
+    """`SUITE.train_hours` (the suite's cost in prose): the shipped rows' training tokens over their
+    training throughput, summed, in hours (both suites fine-tune from the shipped backbone, whose own
+    cost is stated with it, so no earlier stage counts)."""
+    rows = load_references(suite)
+    hand = float((rows["train_tokens"] / rows["train_tokens_per_s"]).sum()) / 3600
+    assert abs(float(facts[f"{suite}.train_hours"]) - hand) < 0.06

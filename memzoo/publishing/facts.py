@@ -34,7 +34,7 @@ from memzoo.analysis import (capacity_table, distance_summary, headroom_recovere
 from memzoo.analysis.beyond_window import CEILING, band_table, ceiling_check, class_keys, seed_gains, window_summary
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
-from memzoo.publishing.references import MEASURED, load_measured, load_references
+from memzoo.publishing.references import HOURS, MEASURED, load_index, load_measured, load_references
 from memzoo.publishing.tables import MINUS, interval, ratio_cell, signed, with_ceiling
 
 FACT = re.compile(r"<!-- fact:(?P<name>[a-z0-9.+_-]+) -->(?P<body>.*?)<!-- /fact -->")
@@ -207,13 +207,17 @@ MEASURED_FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {"gpu-spee
 
 def all_facts(rows: Optional[dict[str, pd.DataFrame]] = None) -> dict[str, str]:
     """SUITE.METHOD.QUANTITY -> text for every shipped suite with facts (rows: suite -> rows to use
-    instead), and for the shipped measurements."""
+    instead), and for the shipped measurements; SUITE.train_hours: the shipped runs' training hours from
+    the references' index (one job's wall hours each, runs sharing the cores)."""
     rows = rows or {}
     out: dict[str, str] = {}
+    index = load_index()
     for suite, make in FACTS.items():
         data = rows[suite] if suite in rows else load_references(suite)
         if not data.empty:
             out |= {f"{suite}.{name}": text for name, text in make(data).items()}
+        if index.get(suite, {}).get(HOURS) is not None:
+            out[f"{suite}.train_hours"] = f"{index[suite][HOURS]:.1f}"
     for name in MEASURED:
         data = rows[name] if name in rows else load_measured(name)
         out |= {f"{name}.{fact}": text for fact, text in MEASURED_FACTS[name](data).items()}
