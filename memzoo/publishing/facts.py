@@ -104,11 +104,10 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
     headroom_corrected, each with _mean where it has an interval; p_after, the unadjusted p),
     `holm.comparisons` (the Holm family on segments >= 1: every variant but the floor, `full` included),
     `holm.memories` (the memory variants in it) and `holm.better` (memory variants better than the floor
-    after Holm), in words;
-    `ceiling.seg0` (full - floor at segment 0), `ceiling.holds` and `floor.vs_block_local` (the window
-    floor against lm-stream's `local` on segments >= 1, paired by seed: what the window alone buys);
-    `none` and `sig_none`: the difference on bytes no earlier 9-gram makes copyable (what weights, not a
-    memory, can buy)."""
+    after Holm), in words; `ceiling.seg0` (full - floor at segment 0), `ceiling.holds` and
+    `floor.vs_block_local` (the window floor against lm-stream's `local` on segments >= 1, paired by seed:
+    what the window alone buys); `none` and `sig_none`: the difference on bytes no earlier 9-gram makes
+    copyable (what weights, not a memory, can buy)."""
     rows = with_ceiling(rows)
     out: dict[str, str] = {}
     summary = window_summary(rows)
