@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Optional
 
-from memzoo.commands import (cmd_list, cmd_train, cmd_footprint, cmd_check, cmd_compare, cmd_report,
+from memzoo.commands import (cmd_list, cmd_train, cmd_backbone, cmd_footprint, cmd_check, cmd_compare, cmd_report,
                              cmd_references, cmd_figures, cmd_scorecard, cmd_evaluation, cmd_babilong_generate, cmd_generate)
 from memzoo.core.config import ConfigError
 
@@ -27,6 +28,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=100")
     s.add_argument("--restart", action="store_true", help="ignore an existing checkpoint in the run folder")
     s.set_defaults(fn=cmd_train)
+
+    s = sub.add_parser("backbone", help="train a backbone from a config and ship it: memzoo backbone CONFIG NAME [key=value ...]")
+    s.add_argument("config", help="a YAML file or a shipped config (e.g. backbones/copy-stdlib)")
+    s.add_argument("name", help="the shipped name: fine-tune from it with task.init_from=backbone:NAME")
+    s.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.steps=100")
+    s.add_argument("--dest", default=None, help="where to ship it (default: the package's memzoo/backbones)")
+    s.add_argument("--restart", action="store_true", help="ignore an existing checkpoint in the run folder")
+    s.add_argument("--distances", type=int, nargs="+", default=[32, 128, 512, 1024, 2048, 4000],
+                   help="copy probe distances in bytes (those within the training reads are probed)")
+    s.add_argument("--probe-rows", type=int, default=16, help="probe rows per distance and kind of chunk")
+    s.add_argument("--chunk-len", type=int, default=32, help="bytes of the probe's chunk (at most the shortest distance)")
+    s.set_defaults(fn=cmd_backbone)
 
     s = sub.add_parser("compare", help="run a comparison suite: memzoo compare [SUITE] [key=value ...]")
     s.add_argument("suite", nargs="?", default=None, help="a suite YAML or a shipped suite (quick, paper-gpu); default quick")
@@ -148,6 +161,8 @@ def take_imports(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: Optional[list[str]] = None) -> int:
     from memzoo.core.plugins import UnknownMethodError
     from memzoo.runs.checkpoints import CheckpointError
+    from memzoo.runs.disk import DiskFullError, disk_full, is_disk_full
+    from memzoo.runs.lock import RunLockedError
     from memzoo.suites.suite_plugins import import_plugins
 
     imports, argv = take_imports(list(sys.argv[1:] if argv is None else argv))
@@ -165,9 +180,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.overrides = [*args.overrides, *extra]
     try:
         return args.fn(args)
-    except (ConfigError, UnknownMethodError, FileNotFoundError, CheckpointError) as err:
+    except (ConfigError, UnknownMethodError, FileNotFoundError, CheckpointError, DiskFullError, RunLockedError) as err:
         msg = str(err).splitlines()[0]
         print(f"memzoo: error: {msg}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as err:  # a full disk met by a write memzoo does not name (a report, a figure)
+        if not is_disk_full(err):
+            raise
+        name = getattr(err, "filename", None)
+        folder, what = (Path(name).parent, f"a file ({Path(name).name})") if name else (Path.cwd(), "a file")
+        print(f"memzoo: error: {disk_full(folder, what)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memzoo: interrupted; the run folder keeps its last checkpoint (run the same command to resume)", file=sys.stderr)

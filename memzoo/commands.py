@@ -50,6 +50,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backbone(args: argparse.Namespace) -> int:
+    """Train a backbone from a config, ship it under NAME with its card, and probe its copying by distance."""
+    from memzoo.training.make_backbone import make_backbone
+    from memzoo.training.backbones import card_cost
+
+    card = make_backbone(args.config, args.name, args.overrides, args.dest, not args.restart, args.distances,
+                         args.probe_rows, args.chunk_len)
+    print(f"shipped backbone:{args.name} ({card_cost(card)})")
+    for r in card["copy_probe"]:
+        print(f"  copy {r['kind']:6s} at {r['distance']:5d} bytes: first {r['first_bits']:.2f}, "
+              f"second {r['second_bits']:.2f} bits per byte")
+    return 0
+
+
 def cmd_footprint(args: argparse.Namespace) -> int:
     from memzoo.runs.configure import load_config
     from memzoo.conformance.footprint import footprint_table

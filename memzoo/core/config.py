@@ -89,6 +89,11 @@ class TrainConfig:
     # carry_state: where a read of a document starts: "first" (its first segment, as evaluation reads) or
     # "random" (a segment drawn so the read is full length: long documents trained on beyond their head)
     doc_start: str = "first"
+    # carry_state: the share of reads that are copy reads (memzoo.data.copy_reads: a random printable string
+    # repeated with a period drawn log-uniformly in copy_distance, as long as max_doc_segments), so that a
+    # backbone learns to copy at every distance it reads; 0: corpus documents only
+    copy_share: float = 0.0
+    copy_distance: list[int] = field(default_factory=lambda: [16, 4095])
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 30

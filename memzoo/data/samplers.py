@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from memzoo.core.config import ConfigError
+from memzoo.data.copy_reads import CopyReads
 from memzoo.data.corpus import Batch, Document
 
 
@@ -94,46 +95,53 @@ class StreamSampler:
     DOC_STARTS = ("first", "random")
 
     def __init__(self, docs: list[Document], segment_len: int, seed: int, max_doc_segments: Optional[int] = None,
-                 doc_start: str = "first"):
+                 doc_start: str = "first", copy: Optional[CopyReads] = None):
         if max_doc_segments is not None and max_doc_segments < 1:
             raise ConfigError(f"train.max_doc_segments={max_doc_segments}; expected a positive number of segments or null")
         if doc_start not in self.DOC_STARTS:
             raise ConfigError(f"train.doc_start={doc_start!r}; expected one of {', '.join(self.DOC_STARTS)}")
+        if copy is not None and copy.share > 0 and max_doc_segments is None:
+            raise ConfigError("train.copy_share > 0 needs train.max_doc_segments (the copy reads' length)")
         self.n, self.seed, self.cap, self.doc_start = segment_len, seed, max_doc_segments, doc_start
+        self.copy = copy if copy is not None and copy.share > 0 else None
         self.docs, self.nseg = training_documents(docs, segment_len)
-        # row -> (k, doc, its first segment read, position of that read in the row's sequence, its length)
-        self._cursor: dict[int, tuple[int, int, int, int, int]] = {}
+        # row -> (k, bytes read, its first segment read, position of that read in the row's sequence, its length)
+        self._cursor: dict[int, tuple[int, Tensor, int, int, int]] = {}
 
-    def _document(self, row: int, k: int) -> tuple[int, int, int]:
-        """The row's k-th read: (document, first segment read of it, segments read)."""
+    def _document(self, row: int, k: int) -> tuple[Tensor, int, int]:
+        """The row's k-th read: (its bytes, first segment read of them, segments read). With copy reads,
+        a share of reads is a periodic random string instead of a document (memzoo.data.copy_reads)."""
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + row) * 1_000_033 + k)
         doc = int(torch.multinomial(self.nseg, 1, generator=gen))
+        if self.copy is not None and float(torch.rand((), generator=gen)) < self.copy.share:
+            assert self.cap is not None
+            return self.copy.make(self.cap * self.n + 1, gen), 0, self.cap
         total = int(self.nseg[doc])
         length = total if self.cap is None else min(total, self.cap)
         start = 0
         if self.doc_start == "random" and total > length:  # every full read equally likely
             start = int(torch.randint(0, total - length + 1, (1,), generator=gen))
-        return doc, start, length
+        return self.docs[doc], start, length
 
-    def _locate(self, row: int, position: int) -> tuple[int, int, int]:
-        """(document, first segment of the read, segment within the read) at the row's `position`-th
+    def _locate(self, row: int, position: int) -> tuple[Tensor, int, int]:
+        """(bytes of the read, its first segment, segment within the read) at the row's `position`-th
         segment, walking forward from a cache."""
         if row not in self._cursor or position < self._cursor[row][3]:  # first call, or an earlier step asked for
-            doc, start, length = self._document(row, 0)
-            self._cursor[row] = (0, doc, start, 0, length)
-        k, doc, start, first, length = self._cursor[row]
+            data, start, length = self._document(row, 0)
+            self._cursor[row] = (0, data, start, 0, length)
+        k, data, start, first, length = self._cursor[row]
         while position >= first + length:
             k, first = k + 1, first + length
-            doc, start, length = self._document(row, k)
-        self._cursor[row] = (k, doc, start, first, length)
-        return doc, start, position - first
+            data, start, length = self._document(row, k)
+        self._cursor[row] = (k, data, start, first, length)
+        return data, start, position - first
 
     def sample(self, step: int, batch_size: int, window_segments: int) -> Batch:
         out = _empty(batch_size, window_segments, self.n)
         for b in range(batch_size):
             for s in range(window_segments):
-                doc, start, i = self._locate(b, step * window_segments + s)
-                _fill_segment(out, b, s, self.docs[doc], start + i, self.n)
+                data, start, i = self._locate(b, step * window_segments + s)
+                _fill_segment(out, b, s, data, start + i, self.n)
                 out["seg_index"][b, s] = i
                 out["reset"][b, s] = i == 0
         return Batch(**out)

@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from memzoo.core.model import MemoryModel
+from memzoo.runs.disk import atomic_text as _atomic_text
 from memzoo.evaluations.run_result import peak_rss_mb
 from memzoo.evaluations.generate import StreamingDecoder
 
@@ -134,10 +135,9 @@ def run_isolated(worker: Callable[..., T], args: tuple, died: Callable[[], T]) -
 
 
 def atomic_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename: a reader never sees half of it."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write `text` to `path` through a temporary file and a rename: a reader never sees half of it; a
+    full disk is one DiskFullError line naming the rows' file, the temporary file removed (memzoo.runs.disk)."""
+    _atomic_text(path, text, f"the rows ({Path(path).name})")
 
 
 def atomic_json(path: Path, obj: Any) -> None:

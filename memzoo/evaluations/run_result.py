@@ -19,6 +19,7 @@ from memzoo.core.model import MemoryModel
 from memzoo.core.plugins import get_memory
 from memzoo.core.precision import precision_choice
 from memzoo.runs.configure import memory_config
+from memzoo.runs.disk import atomic_text, writing
 
 
 def peak_rss_mb() -> float:
@@ -94,7 +95,8 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
     run_dir = Path(run_dir)
     if result.get("reset_memory"):
         return write_ablation(run_dir, result)
-    (run_dir / f"eval-{result['split']}.json").write_text(json.dumps(result, indent=1))
+    with writing(run_dir, f"the evaluation (eval-{result['split']}.json)"):
+        (run_dir / f"eval-{result['split']}.json").write_text(json.dumps(result, indent=1))
     mcfg = model_config(cfg)
     spec = get_memory(cfg.memory.name)
     mem_cfg = memory_config(cfg.memory.name, cfg.memory)
@@ -147,10 +149,9 @@ def write_result(run_dir: Path, cfg: DictConfig, model: MemoryModel, result: dic
 
 
 def write_row(run_dir: Path, row: dict[str, Any]) -> dict[str, Any]:
-    """result.json, written through a temporary file and a rename (a reader never sees half of it)."""
-    tmp = run_dir / "result.json.tmp"
-    tmp.write_text(json.dumps(row, indent=1))
-    tmp.replace(run_dir / "result.json")
+    """result.json, written through a temporary file and a rename (a reader never sees half of it; a full
+    disk is one DiskFullError line, memzoo.runs.disk)."""
+    atomic_text(Path(run_dir) / "result.json", json.dumps(row, indent=1), "the result row (result.json)")
     return row
 
 
@@ -160,7 +161,8 @@ def write_ablation(run_dir: Path, result: dict[str, Any]) -> dict[str, Any]:
     split, path = result["split"], run_dir / "result.json"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} has no result.json: evaluate the run itself before its memory ablation")
-    (run_dir / f"eval-{split}-reset.json").write_text(json.dumps(result, indent=1))
+    with writing(run_dir, f"the evaluation (eval-{split}-reset.json)"):
+        (run_dir / f"eval-{split}-reset.json").write_text(json.dumps(result, indent=1))
     return write_row(run_dir, {**json.loads(path.read_text()), f"{split}_bpb_reset": result["bpb"],
                                 f"{split}_bpb_by_segment_reset": result["bpb_by_segment"],
                                 **class_columns(result, prefix=f"{split}_", suffix="_reset")})

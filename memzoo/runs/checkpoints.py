@@ -13,12 +13,13 @@ from omegaconf import DictConfig
 from memzoo.core.config import ConfigError
 from memzoo.core.model import MemoryModel, ModelState, is_memory_name
 from memzoo.runs.configure import build_model, load_run_config, pick_device, use_tf32
+from memzoo.runs.disk import atomic_write
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """torch.save through PATH-without-suffix.tmp and a rename: the previous file stays whole until the new
+    one is; a full disk is one DiskFullError line, the partial file removed (memzoo.runs.disk)."""
+    atomic_write(path, lambda tmp: torch.save(obj, tmp), f"the checkpoint ({path.name})", tmp=path.with_suffix(".tmp"))
 
 
 def rng_states(device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

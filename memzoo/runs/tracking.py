@@ -20,6 +20,7 @@ from typing import Any, Optional, Protocol
 from omegaconf import DictConfig
 
 from memzoo.core.config import ConfigError
+from memzoo.runs.disk import writing
 from memzoo.runs.distributed import DistInfo
 
 TRACKERS = ("none", "tensorboard", "wandb")
@@ -98,13 +99,14 @@ class JsonlTracker:
         rows = [line for line in self.path.read_text().splitlines() if line.strip()]
         kept = [line for line in rows if json.loads(line).get("step", 0) <= step]
         if len(kept) != len(rows):
-            self.path.write_text("".join(line + "\n" for line in kept))
+            with writing(self.path.parent, f"the metrics ({self.path.name})"):
+                self.path.write_text("".join(line + "\n" for line in kept))
 
     def config(self, values: dict[str, Any]) -> None:
         """Nothing: the run folder's config.yaml is the record."""
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
-        with open(self.path, "a") as f:
+        with writing(self.path.parent, f"the metrics ({self.path.name})"), open(self.path, "a") as f:
             f.write(json.dumps({"step": step, **scalars}) + "\n")
 
     def summary(self, step: int, scalars: dict[str, float]) -> None:

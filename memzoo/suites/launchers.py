@@ -5,7 +5,9 @@ array where the runs are submitted together) that runs the same worker as local 
 `slurm` submits to SLURM; `submitit-local` runs the same path through submitit's local executor
 (real pickling, real job folders; how it is tested). Submitted job ids are kept in the suite's
 `jobs.json`, so a re-run waits on runs whose jobs are still queued or running instead of submitting
-them twice, resumes the others from their checkpoints, and skips finished runs.
+them twice, resumes the others from their checkpoints, and skips finished runs. A job killed on its
+node leaves its run folders locked by a process no other host can check (memzoo.runs.lock): the re-run
+removes the locks that name an ended job before submitting the run again.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from memzoo.core.config import ConfigError
 from memzoo.core.overrides import merge_checked
+from memzoo.runs.disk import atomic_text
+from memzoo.runs.lock import remove_if_job, say
 
 LAUNCHERS = ("local", "submitit-local", "slurm")
 # SLURM states (sacct) in which a job may still produce its run; UNKNOWN: submitted, not yet listed.
@@ -116,9 +120,18 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    """`data` as JSON, written atomically (a full disk: one DiskFullError line, memzoo.runs.disk)."""
+    atomic_text(path, json.dumps(data, indent=1), f"the job ids ({path.name})")
+
+
+def release_ended(spec: Any, record: dict[str, Any], progress: bool = True) -> None:
+    """Remove the locks of `spec`'s run folders (the run's and each training stage's) that its ended
+    job `record` left behind (a job killed on its node: no other host can tell that it has ended)."""
+    folders = {Path(spec.run_dir), *(Path(c.out_dir) / c.name for c in getattr(spec, "chain", []))}
+    for folder in sorted(folders):
+        holder = remove_if_job(folder, record["job_id"])
+        if holder is not None and progress:
+            say(f"{folder}: the lock of {holder.describe()} is stale (its job has ended): removed")
 
 
 def _failure_text(folder: Path, job_id: str) -> str:
@@ -142,6 +155,9 @@ def run_jobs(kind: str, suite: DictConfig, root: Path, todo: list[Any], worker: 
     records = _read_json(records_path)
     fresh: dict[str, Any] = {}  # run name -> submitit Job submitted now (its process handle tells when it ends)
     submit, running = plan(todo, records, lambda rec: rec.get("kind") == kind and job_active(rec, folder))
+    for spec in submit:
+        if spec.name in records:
+            release_ended(spec, records[spec.name], progress)
     if submit:
         with executor.batch():
             jobs = [executor.submit(worker, *worker_args(s)) for s in submit]

@@ -3,12 +3,12 @@ its registered columns), written atomically as results.parquet and results.csv."
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Optional
 
 import pandas as pd
 
+from memzoo.runs.disk import atomic_write
 from memzoo.training.curriculum import config_matches
 from memzoo.diagnose.training_stages import stage_columns
 from memzoo.evaluations.registry import table_columns
@@ -38,12 +38,9 @@ def write_table(root: Path, specs: list[RunSpec]) -> pd.DataFrame:
             row.update(stage_columns(pre, [Path(c.out_dir) / c.name for c in [*s.stages, s.cfg]], row))
             rows.append(row)
     df = pd.DataFrame(rows)
-    if rows:
-        tmp = root / "results.parquet.tmp"
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, root / "results.parquet")
-        tmp_csv = root / "results.csv.tmp"
+    if rows:  # a full disk: one DiskFullError line, the previous tables kept whole (memzoo.runs.disk)
+        atomic_write(root / "results.parquet", lambda tmp: df.to_parquet(tmp, index=False), "the results table (results.parquet)")
         lists = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (list, tuple))).any()]
-        df.drop(columns=lists).to_csv(tmp_csv, index=False)  # per-segment, per-document lists: parquet only
-        os.replace(tmp_csv, root / "results.csv")
+        atomic_write(root / "results.csv", lambda tmp: df.drop(columns=lists).to_csv(tmp, index=False),
+                     "the results table (results.csv)")  # per-segment, per-document lists: parquet only
     return df

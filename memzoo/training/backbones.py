@@ -91,3 +91,35 @@ def ship_backbone(run_dir: Path, name: str, cost: str, dest: Optional[Path] = No
                    "data": str(cfg.data.source), "python": platform.python_version(), "cost": cost}
     (dest / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     return dest / f"{name}.pt"
+
+
+def training_card(cfg: DictConfig, result: dict[str, Any]) -> dict[str, Any]:
+    """How a backbone was made and at what cost, from its run's config and result.json (the index card)."""
+    tc = cfg.train
+    seconds = float(result["train_tokens"]) / max(1e-9, float(result["train_tokens_per_s"]))
+    return {"recipe": {"method": str(cfg.memory.name), "init_from": cfg.task.init_from, "steps": int(tc.steps),
+                       "batch_size": int(tc.batch_size), "window_segments": int(tc.window_segments),
+                       "carry_state": bool(tc.carry_state), "max_doc_segments": tc.max_doc_segments,
+                       "doc_start": str(tc.doc_start), "copy_share": float(tc.copy_share),
+                       "copy_distance": [int(d) for d in tc.copy_distance], "lr": float(tc.lr)},
+            "train_tokens": int(result["train_tokens"]), "train_seconds": round(seconds),
+            "threads": int(tc.threads), "valid_bpb": float(result["valid_bpb"])}
+
+
+def card_cost(card: dict[str, Any]) -> str:
+    """One sentence of the card: steps, bytes, time and valid bits per byte."""
+    r = card["recipe"]
+    start = f"from {r['init_from']}" if r["init_from"] else "from scratch"
+    return (f"{r['steps']:,} steps of {r['method']} {start} (batch {r['batch_size']} x {r['window_segments']} segments, "
+            f"{card['train_tokens']:,} training bytes, copy reads {r['copy_share']:.0%}): {card['train_seconds'] / 60:.0f} "
+            f"minutes of training on {card['threads'] or 'the default number of'} thread(s); valid bpb {card['valid_bpb']:.4f}")
+
+
+def add_to_card(name: str, extra: dict[str, Any], dest: Optional[Path] = None) -> None:
+    """Merge `extra` into shipped backbone `name`'s index record (e.g. its copy probe by distance)."""
+    dest = dest or shipped_dir()
+    index = shipped_index(dest)
+    if name not in index:
+        raise ConfigError(f"no shipped backbone {name!r} in {dest}; shipped: {sorted(index) or 'none'}")
+    index[name].update(extra)
+    (dest / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")

@@ -4,7 +4,9 @@ autocast option, checkpoints every K steps and on interruption, exact resume.
 A run folder holds `config.yaml` (resolved), `metrics.jsonl` (one JSON object per logged step,
 written through memzoo.runs.tracking beside the optional TensorBoard or W&B tracker of
 `log.tracker`), `checkpoint.pt` (model, optimiser, step, RNG; loadable with weights_only=True) and,
-at the end, `eval-valid.json` and `result.json`.
+at the end, `eval-valid.json` and `result.json`; and `lock` while a process trains it (memzoo.runs.lock:
+another process refuses the folder). A write that runs out of space stops the run with one
+DiskFullError line (memzoo.runs.disk), the last complete checkpoint kept.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from tqdm.auto import tqdm
 from memzoo.core.config import ConfigError, TrainConfig, to_yaml
 from memzoo.core.losses import LN2
 from memzoo.core.model import MemoryModel
+from memzoo.data.copy_reads import CopyReads
 from memzoo.data.corpus import Batch, load_documents, split_documents
 from memzoo.data.samplers import StreamSampler, WindowSampler
 from memzoo.data.tasks import TaskSampler
@@ -29,6 +32,8 @@ from memzoo.training.backbones import is_shipped, load_shipped_backbone
 from memzoo.runs.checkpoints import (carried_state, load_backbone, load_checkpoint, load_run_weights, restore_rng_states,
                                         rng_states, save_checkpoint)
 from memzoo.runs.configure import build_model, run_device, saved_run_config, use_tf32
+from memzoo.runs.disk import is_disk_full, writing
+from memzoo.runs.lock import RunLock
 from memzoo.evaluations.lm import evaluate_run
 from memzoo.evaluations.registry import end_of_training
 from memzoo.evaluations.run_result import gate_values, precision_columns
@@ -65,7 +70,11 @@ def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
                           "draws independent examples (use task.name=lm, or carry_state=false)")
     if cfg.task.name == "lm":
         docs = split_documents(load_documents(cfg.data), cfg.data)
-        sampler = (StreamSampler(docs["train"], cfg.model.segment_len, cfg.seed, tc.max_doc_segments, tc.doc_start)
+        copy = CopyReads(float(tc.copy_share), *[int(d) for d in tc.copy_distance])
+        if copy.share > 0 and not tc.carry_state:
+            raise ConfigError(f"train.copy_share={tc.copy_share} applies to train.carry_state=true only "
+                              "(copy reads are read like documents); set carry_state=true or leave it 0")
+        sampler = (StreamSampler(docs["train"], cfg.model.segment_len, cfg.seed, tc.max_doc_segments, tc.doc_start, copy)
                    if tc.carry_state
                    else WindowSampler(docs["train"], cfg.model.segment_len, cfg.seed))
         return lambda step: sampler.sample(step, tc.batch_size, tc.window_segments)
@@ -87,13 +96,21 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
 
     `on_step(step)` is called after each completed step (tests use it to interrupt a run).
     Under torchrun (WORLD_SIZE > 1) every rank trains on its rows of each global batch through
-    DDP (memzoo.runs.distributed); only rank 0 writes the run folder.
+    DDP (memzoo.runs.distributed); only rank 0 writes the run folder, and holds its lock: a folder
+    another process holds is a RunLockedError, nothing trained (memzoo.runs.lock).
     """
+    run_dir = Path(run_dir) if run_dir is not None else run_dir_for(cfg)
+    with RunLock(run_dir, enabled=dist.env_info().is_main):
+        return _train(cfg, run_dir, resume, evaluate_at_end, on_step, progress)
+
+
+def _train(cfg: DictConfig, run_dir: Path, resume: bool, evaluate_at_end: bool,
+           on_step: Optional[Callable[[int], None]], progress: bool) -> Path:
+    """`train` in a folder this process holds."""
     tc = cfg.train
     # a missing tensorboard or wandb, or a device the run cannot use, stops it before anything is written
     check_tracker(cfg.log.tracker)
     device = run_device(cfg)
-    run_dir = Path(run_dir) if run_dir is not None else run_dir_for(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     rank, device = dist.setup(device)
     use_tf32(cfg, device)
@@ -111,7 +128,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
             raise ConfigError(f"{run_dir} holds a run with a different model or memory config; use another name or out_dir")
     dist.barrier(rank)  # every rank has read the folder before rank 0 writes to it
     if rank.is_main:
-        (run_dir / "config.yaml").write_text(to_yaml(cfg))
+        with writing(run_dir, "the run config (config.yaml)"):
+            (run_dir / "config.yaml").write_text(to_yaml(cfg))
 
     torch.manual_seed(cfg.seed)
     model = build_model(cfg).to(device)
@@ -213,12 +231,15 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, resume: bool = True, 
                     model.train()
             if on_step is not None:
                 on_step(step)
-    except BaseException:
+    except BaseException as err:
         # Keep what was done: the weights are those of the last completed step (a step cut off
-        # inside optimizer.step() is not saved; the previous checkpoint stands).
-        if step > 0 and not in_update and rank.is_main:
-            save_checkpoint(run_dir, model, optimizer, step, rng=rng_at_step_start, carried=carried, device=device)
-        tracker.close()
+        # inside optimizer.step() is not saved; the previous checkpoint stands). A full disk would
+        # fail this write too: the previous checkpoint stands then as well.
+        try:
+            if step > 0 and not in_update and rank.is_main and not is_disk_full(err):
+                save_checkpoint(run_dir, model, optimizer, step, rng=rng_at_step_start, carried=carried, device=device)
+        finally:
+            tracker.close()
         raise
     finally:
         bar.close()
@@ -245,7 +266,7 @@ def log_evaluation(run_dir: Path, step: int, ev: dict[str, Any]) -> None:
     run instead of one run per budget). A resumed run drops the rows after its checkpoint."""
     row = {"step": step, "split": ev["split"], "bpb": ev["bpb"], "bpb_by_segment": ev["bpb_by_segment"],
            "tokens_by_segment": ev["tokens_by_segment"]}
-    with open(run_dir / EVALS_FILE, "a") as f:
+    with writing(run_dir, f"the evaluations during training ({EVALS_FILE})"), open(run_dir / EVALS_FILE, "a") as f:
         f.write(json.dumps(row) + "\n")
 
 
@@ -254,7 +275,8 @@ def drop_evaluations_after(run_dir: Path, step: int) -> None:
     path = run_dir / EVALS_FILE
     if path.is_file():
         rows = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        path.write_text("".join(r + "\n" for r in rows))
+        with writing(run_dir, f"the evaluations during training ({EVALS_FILE})"):
+            path.write_text("".join(r + "\n" for r in rows))
 
 
 SUMMARY_KEYS = ("valid_bpb", "test_bpb", "train_bpb", "recall_accuracy", "recall_accuracy_reset", "recall_accuracy_within")

@@ -1,0 +1,49 @@
+"""Copy reads: training reads that only copying can predict, mixed into a corpus stream so that a
+backbone learns to look up what it has seen at every distance it will be evaluated at.
+
+A copy read is a random string of d printable bytes written over and over (period d) to the read's
+length: every byte after the first d is the byte exactly d positions back, and nothing else predicts
+it (the string has no structure). d is drawn log-uniformly in [min_distance, max_distance] per read,
+so short and long distances are trained alike. As d varies from read to read, no head that looks a
+fixed distance back predicts them: only a lookup by content (an induction head) does, which natural
+text, repeating too rarely, teaches too slowly for a CPU budget (docs/protocols/backbone.md).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from memzoo.core.config import ConfigError
+
+PRINTABLE = torch.arange(32, 127)  # the 95 printable ASCII bytes: the string looks like text to the model
+
+
+@dataclass(frozen=True)
+class CopyReads:
+    """share: the fraction of reads that are copy reads; distances: [min, max] period in bytes."""
+
+    share: float
+    min_distance: int
+    max_distance: int
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise ConfigError(f"train.copy_share={self.share}; expected a fraction in [0, 1]")
+        if not 1 <= self.min_distance <= self.max_distance:
+            raise ConfigError(f"train.copy_distance=[{self.min_distance}, {self.max_distance}]; expected "
+                              "two byte distances 1 <= min <= max")
+
+    def distance(self, gen: torch.Generator) -> int:
+        """A period drawn log-uniformly in [min_distance, max_distance]."""
+        lo, hi = math.log(self.min_distance), math.log(self.max_distance + 1)
+        u = float(torch.rand((), generator=gen))
+        return min(self.max_distance, int(math.exp(lo + u * (hi - lo))))
+
+    def make(self, length: int, gen: torch.Generator) -> Tensor:
+        """One copy read of `length` bytes: a random printable string of d bytes repeated. [length]"""
+        d = self.distance(gen)
+        string = PRINTABLE[torch.randint(len(PRINTABLE), (d,), generator=gen)]  # [d]
+        return string.repeat(-(-length // d))[:length]
