@@ -99,13 +99,13 @@ def check_case(name: str, method: str, options: dict[str, Any], device: torch.de
         return check(name, method, options, device, FLA_TOL, grad=False, note=f"forward only: {reason}")
 
 
-def fla_recurrence_inputs(resets: list[tuple[int, int]], seed: int = 2):
-    """float64 CPU leaves q, k, v, g, β, S0 and resets [3, 3] for the kernel check: 4 heads of 64,
-    segments of 40 tokens (fla's chunks of 64 end inside a segment)."""
+def fla_recurrence_inputs(resets: list[tuple[int, int]], seed: int = 2, shape: tuple[int, ...] = (3, 3, 4, 40, 64)):
+    """float64 CPU leaves q, k, v, g, β, S0 and resets [3, 3] for the kernel check; shape (B, S, H, N, D):
+    4 heads of 64, segments of 40 tokens (fla's chunks of 64 end inside a segment)."""
     from memzoo.memories.gated_deltanet import l2_normalise
 
     gen = torch.Generator().manual_seed(seed)
-    b, s, h, n, d = 3, 3, 4, 40, 64
+    b, s, h, n, d = shape
     q, k = (l2_normalise(torch.randn(b, s, h, n, d, generator=gen, dtype=torch.float64)) for _ in range(2))
     v = torch.randn(b, s, h, n, d, generator=gen, dtype=torch.float64)
     g = -0.1 * torch.rand(b, s, h, n, generator=gen, dtype=torch.float64)

@@ -68,7 +68,7 @@ base: small
 threads_per_job: 1
 methods: [infini-delta, rmt]
 token_budget: 512   # 1 LM step of 2 x 4 x 64 bytes per method, from the backbone
-jobs: 1
+jobs: 2   # the two methods side by side, after the backbone
 run:
   model: {d_model: 32, n_layers: 2, n_heads: 2, segment_len: 64}
   data: {max_docs: 30}

@@ -198,3 +198,28 @@ def test_the_registry_names_the_evaluation_that_ends_training() -> None:
             end_of_training(recall)
     finally:
         unregister_evaluation("greedy")
+
+
+def test_each_kind_declares_its_part_of_the_report_and_may_replace_another(tmp_path: Path) -> None:
+    """The report asks the registry which kinds a results table holds (`holds`) and shows each one's
+    notes and sections, less those of a kind another replaces: a throwaway kind that holds capacity rows
+    and replaces `capacity` takes its place, and the capacity part returns when it is gone."""
+    from memzoo.evaluations.registry import reported
+    from memzoo.publishing.report import write_report
+    from test_stats import capacity_rows
+
+    capacity_rows().to_parquet(tmp_path / "results.parquet")
+    assert list(reported(capacity_rows())) == ["capacity"]
+    register_evaluation(Evaluation(
+        "probe-kind", get_evaluation("passkey").config, lambda *a, **k: [], module="tests",
+        holds=lambda df: "recall_accuracy" in df, replaces=("capacity",), notes=lambda df: ["probe: its note."],
+        section=lambda df: [("Probe: its section", pd.DataFrame({"method": ["xl"], "accuracy": [0.5]}))]))
+    try:
+        assert list(reported(capacity_rows())) == ["probe-kind"]
+        text = write_report(tmp_path, figures=False)[0].read_text()
+        assert "- probe: its note." in text and "## Probe: its section" in text and "| xl | 0.500 |" in text
+        assert "Capacity:" not in text and "- capacity:" not in text
+    finally:
+        unregister_evaluation("probe-kind")
+    text = write_report(tmp_path, figures=False)[0].read_text()
+    assert "## Capacity: accuracy by method and state (best lr per cell)" in text and "- capacity:" in text

@@ -15,7 +15,7 @@ from memzoo.core.plugins import registered
 from memzoo.publishing.figures import (ARCHIVED, FIGURES, ROWS_KEY, all_tables, pages, png_text, render, rows_stamp,
                                    stale_figures, stale_pages)
 from memzoo.publishing.facts import all_facts, bpb_facts, render_facts
-from memzoo.publishing.references import load_references
+from memzoo.publishing.references import MEASURED, load_references
 from memzoo.publishing.tables import TABLES, markdown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,9 +84,11 @@ def test_the_tables_state_their_seeds_and_fit_the_page(shipped: dict[str, str]) 
     table = shipped["distance-table"]
     line = next(l for l in table.splitlines() if l.startswith("| `rmt`"))
     assert line.split(" | ")[1] == ", ".join(str(s) for s in sorted(one_seed))  # one seed, said in the row
-    for text in shipped.values():
+    for name, text in shipped.items():
         header = text.splitlines()[0]
-        assert "seeds" in header and header.count("|") - 1 <= 8, header
+        # a table of measurements (cpu-cost) is over timed rounds, not training seeds, and says how many
+        over = "rounds" if TABLES[name][0] in MEASURED else "seeds"
+        assert over in header and header.count("|") - 1 <= 8, header
     with pytest.raises(ValueError, match="9 columns"):
         markdown([str(i) for i in range(9)], [])
 
@@ -184,7 +186,7 @@ def test_the_command_reports_then_rewrites_a_stale_block(tmp_path: Path, capsys)
 
 
 def test_gpu_speed_facts_are_the_shipped_measured_rows_and_a_duplicate_is_refused(facts: dict[str, str]) -> None:
-    """gpu-speed.ROW.ratio is the row's tokens/s over local's in the same call (the README quotes them), a
+    """gpu-speed.ROW.ratio is the row's tokens/s over local's in the same call (docs/results.md quotes them), a
     changed row moves its fact, and two rows of one method and options are an error, not a silent pick."""
     from memzoo.publishing.facts import speed_facts
     from memzoo.publishing.references import load_measured
@@ -193,7 +195,7 @@ def test_gpu_speed_facts_are_the_shipped_measured_rows_and_a_duplicate_is_refuse
     row = rows[(rows["method"] == "rmt")].iloc[0]
     assert facts["gpu-speed.rmt.ratio"] == f"{row['tokens_per_s'] / row['local_tokens_per_s']:.2f}"
     assert "gpu-speed.local.ratio" not in facts  # the reference of every call has none
-    assert "<!-- fact:gpu-speed.gated-deltanet_compile-default.ratio -->" in (ROOT / "README.md").read_text()
+    assert "<!-- fact:gpu-speed.gated-deltanet_compile-default.ratio -->" in (DOCS / "results.md").read_text()
     moved = rows.astype({"tokens_per_s": float})
     moved.loc[moved["method"] == "rmt", "tokens_per_s"] = 0.123 * row["local_tokens_per_s"]
     assert speed_facts(moved)["rmt.ratio"] == "0.12"
@@ -203,7 +205,7 @@ def test_gpu_speed_facts_are_the_shipped_measured_rows_and_a_duplicate_is_refuse
 
 def test_recall_facts_are_the_capacity_rows_and_a_changed_row_moves_them(facts: dict[str, str]) -> None:
     """capacity-top's facts in prose: chance, the reset range over methods, a method's mean and its lowest
-    seed, from the shipped rows (the README quotes them); a changed row moves its fact."""
+    seed, from the shipped rows (docs/results.md quotes them); a changed row moves its fact."""
     from memzoo.publishing.facts import recall_facts
 
     rows = load_references("capacity-top")
@@ -214,7 +216,7 @@ def test_recall_facts_are_the_capacity_rows_and_a_changed_row_moves_them(facts: 
     moved = rows.copy()
     moved.loc[moved["method"] == "armt", "recall_accuracy"] = 0.2
     assert recall_facts(moved)["armt.min_seed"] == "0.20"
-    assert "<!-- fact:capacity-top.reset_range -->" in (ROOT / "README.md").read_text()
+    assert "<!-- fact:capacity-top.reset_range -->" in (DOCS / "results.md").read_text()
 
 
 def test_the_window_p_fact_is_the_paired_t_test_of_the_shipped_rows_by_hand(facts: dict[str, str]) -> None:

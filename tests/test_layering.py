@@ -47,10 +47,21 @@ def layer(module: str) -> str:
     return LAYER_OF[first]
 
 
+def source_segment(lines: list[str], node: ast.AST) -> str:
+    """ast.get_source_segment(text, node) from the text's lines (that splits the whole text again on
+    every call: most of this file's time). Offsets are in UTF-8 bytes, as the parser gives them."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first].encode()[node.col_offset:node.end_col_offset].decode()
+    return "".join([lines[first].encode()[node.col_offset:].decode(), *lines[first + 1:last],
+                    lines[last].encode()[:node.end_col_offset].decode()])
+
+
 def imported(module: str, path: Path, known: set[str]) -> Iterator[tuple[str, int, str]]:
     """(imported memzoo module, line, statement) for every import in the file, inside functions too."""
     text = path.read_text()
     tree = ast.parse(text, str(path))
+    lines = text.splitlines(keepends=True)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -66,7 +77,7 @@ def imported(module: str, path: Path, known: set[str]) -> Iterator[tuple[str, in
             continue
         for target in targets:
             if target == "memzoo" or target.startswith("memzoo."):
-                yield target, node.lineno, ast.get_source_segment(text, node) or target
+                yield target, node.lineno, source_segment(lines, node) or target
 
 
 def import_graph() -> tuple[dict[str, set[str]], list[str]]:

@@ -3,8 +3,6 @@ the bookkeeping of accuracy per depth, the budget, resuming, the isolated worker
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -109,23 +107,36 @@ def test_isolated_worker_gives_the_same_rows(run_dir: Path, tmp_path: Path) -> N
     assert [r["rss_isolated"] for r in a] == [True, True] and [r["rss_isolated"] for r in b] == [False, False]
 
 
-def test_cli_prints_json_rows(run_dir: Path, tmp_path: Path) -> None:
+def cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """`memzoo ARGV` in this process (the console entry's main): exit status, stdout, stderr."""
+    from memzoo.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exit:  # argparse's own errors
+        code = exit.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_prints_json_rows(run_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     run = copy_run(run_dir, tmp_path / "run")
-    out = subprocess.run([sys.executable, "-m", "memzoo.cli", "passkey", str(run), "--lengths", "300,600",
-                          "--depths", "0,0.5,1", "--no-isolate", "--json"], cwd=tmp_path, capture_output=True,
-                         text=True, check=True)
-    rows = json.loads(out.stdout)
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = cli(["passkey", str(run), "--lengths", "300,600", "--depths", "0,0.5,1", "--no-isolate", "--json"],
+                       capsys)
+    assert code == 0
+    rows = json.loads(out)
     assert [(r["length"], r["depth"]) for r in rows] == [(l, d) for l in (300, 600) for d in (0.0, 0.5, 1.0)]
     for r in rows:
         assert {"length", "depth", "accuracy", "tokens_per_s", "peak_rss_mb"} <= set(r)
         assert 0.0 <= r["accuracy"] <= 1.0
-    bad = subprocess.run([sys.executable, "-m", "memzoo.cli", "passkey", str(run), "--lengths", "100"], cwd=tmp_path,
-                         capture_output=True, text=True)
-    assert bad.returncode == 2 and "100 is shorter than the shortest passkey example" in bad.stderr
-    out = subprocess.run([sys.executable, "-m", "memzoo.cli", "recall", str(run), "--lengths", "200", "--pairs", "4",
-                          "--queries", "2", "--trials", "3", "--no-isolate", "--json"], cwd=tmp_path,
-                         capture_output=True, text=True, check=True)
-    (row,) = json.loads(out.stdout)
+    code, _, err = cli(["passkey", str(run), "--lengths", "100"], capsys)
+    assert code == 2 and "100 is shorter than the shortest passkey example" in err
+    code, out, _ = cli(["recall", str(run), "--lengths", "200", "--pairs", "4", "--queries", "2", "--trials", "3",
+                        "--no-isolate", "--json"], capsys)
+    assert code == 0
+    (row,) = json.loads(out)
     assert row["task"] == "recall" and row["accuracy"] in {i / 6 for i in range(7)}
 
 
@@ -143,18 +154,19 @@ def test_finetuning_starts_from_the_trained_run(run_dir: Path, tmp_path: Path) -
         train(other, progress=False, evaluate_at_end=False)
 
 
-def test_cli_generate_continues_the_prompt_greedily(run_dir: Path, tmp_path: Path) -> None:
+def test_cli_generate_continues_the_prompt_greedily(run_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     from memzoo.data.tasks import bytes_to_tensor
     from memzoo.evaluations.generate import StreamingDecoder
 
     prompt = "def main():\n    return " * 4  # 96 bytes: three segments of 32, the last one complete
-    out = subprocess.run([sys.executable, "-m", "memzoo.cli", "generate", str(run_dir), "--prompt", prompt,
-                          "--max-new-tokens", "40"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = cli(["generate", str(run_dir), "--prompt", prompt, "--max-new-tokens", "40"], capsys)
+    assert code == 0
     _, model = load_run(run_dir)
     decoder = StreamingDecoder(model, 1)
     decoder.feed(bytes_to_tensor(prompt.encode())[None])
     expected = bytes(decoder.generate(40)[0].tolist()).decode("utf-8", errors="replace")
-    assert out.stdout == expected + "\n"
+    assert out == expected + "\n"
 
 
 def _child_peak(queue) -> None:

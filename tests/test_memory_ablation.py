@@ -60,7 +60,7 @@ def test_a_suite_measures_the_ablation_as_a_stage_and_resumes_it(tmp_path: Path)
         methods: [local, xl]
         seeds: [0]
         token_budget: 768
-        jobs: 1
+        jobs: 2   # local and xl side by side
         longrange: [{task: memory-ablation}]
     """)))
     table = run_suite(suite, progress=False).set_index("method")

@@ -69,3 +69,50 @@ def test_readme_is_short_and_its_links_resolve() -> None:
     assert local, "no relative links found (vacuous)"
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, f"README links to missing files: {missing}"
+
+
+PROSE_LIMIT = 1500  # words a newcomer reads on the front page; the rest belongs in docs/
+GENERATED = re.compile(r"<!-- generated:[a-z0-9-]+ -->.*?<!-- /generated -->", flags=re.S)
+FENCED = re.compile(r"^(```|~~~).*?^\1", flags=re.S | re.M)
+COMMENT = re.compile(r"<!--.*?-->", flags=re.S)
+
+
+def prose_words(text: str) -> list[str]:
+    """The words of a page's prose: outside generated blocks, fenced code blocks, tables and HTML comments
+    (a fact's markers are comments, its value counts), link targets dropped; a word is a run of non-space
+    characters with at least one letter or digit."""
+    text = COMMENT.sub(" ", FENCED.sub(" ", GENERATED.sub(" ", text)))
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("|"))
+    text = re.sub(r"\]\([^)\s]*\)", "]", text)
+    return re.findall(r"\S*[^\W_]\S*", text)
+
+
+def test_the_word_count_reads_prose_only() -> None:
+    page = ("# Two words\n\nXL bought <!-- fact:lm-stream.xl.after -->−0.080 ± 0.009<!-- /fact --> [here](docs/results.md).\n\n"
+            "```bash\npip install not counted\n```\n\n| a table | not counted |\n| --- | --- |\n\n"
+            "<!-- generated:overview -->\n| method |\nhidden words\n<!-- /generated -->\n<!-- a comment, not counted -->\n— ±\n")
+    assert prose_words(page) == ["Two", "words", "XL", "bought", "−0.080", "0.009", "[here]."]
+
+
+def test_readme_prose_stays_short_and_its_lines_too() -> None:
+    """At most PROSE_LIMIT words of prose and no line over 300 characters outside tables: the readings
+    and protocol details live on the documentation site, one link away."""
+    text = README.read_text()
+    words = prose_words(text)
+    assert 200 < len(words) <= PROSE_LIMIT, f"README.md has {len(words)} words of prose; at most {PROSE_LIMIT}"
+    long = [line[:80] for line in text.splitlines() if len(line) > 300 and not line.startswith("|")]
+    assert not long, f"README.md lines over 300 characters: {long}"
+
+
+def test_a_newcomer_meets_the_commands_the_figure_and_the_overview_before_any_reading() -> None:
+    """In order: the two set-up commands, the headline figure and the overview table (the README's one
+    generated block, also on docs/results.md), then how to register a memory; no other results table."""
+    text = README.read_text()
+    at = {name: text.index(marker) for name, marker in (
+        ("install", "pip install . && memzoo compare"), ("tests", 'pip install ".[dev,docs]" && pytest -q'),
+        ("figure", "![") , ("overview", "<!-- generated:overview -->"), ("register", "## Register a memory"))}
+    assert list(at) == sorted(at, key=at.get), at
+    assert re.findall(r"<!-- generated:([a-z0-9-]+) -->", text) == ["overview"]
+    assert "<!-- generated:overview -->" in (ROOT / "docs" / "results.md").read_text()
+    before = text[:at["register"]]
+    assert len(prose_words(before)) < 500, "the way to the overview is a reading long"

@@ -3,6 +3,7 @@ installed packages, with a real throwaway package), and errors that list what is
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -100,14 +101,16 @@ def test_entry_point_plugin_from_an_installed_package(tmp_path: Path) -> None:
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", *isolation, "--target", str(target), str(src)],
         check=True, capture_output=True,
     )
-    # The child process sets its own path: the plugin package was installed into `target`, not site-packages.
+    # The plugin package was installed into `target`, not site-packages: the child process finds it (and its
+    # entry point) through PYTHONPATH, as an interpreter would with the package on its path.
     code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]);"
+        "import json;"
         "from memzoo.conformance.catalog import catalogue; from memzoo.core.plugins import get_memory;"
         "spec = get_memory('external-test-memory');"
         "print(json.dumps({'source': spec.source, 'listed': [r['name'] for r in catalogue()]}))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(target)], check=True, capture_output=True, text=True, cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path, env=env)
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["source"] == "memzoo_external_test"
     assert "external-test-memory" in found["listed"]

@@ -75,7 +75,7 @@ def test_summary_marks_a_known_margin_and_not_a_shared_distribution() -> None:
 
 
 def test_report_tables_format_per_column() -> None:
-    from memzoo.publishing.sections import summary_display
+    from memzoo.evaluations.reporting import summary_display  # the lm kind's report section
 
     shown = summary_display(_lm_rows({"local": 3.0, "better": 2.9}, seeds=3)).set_index("method")
     assert shown.loc["local", "footprint"] == "0" and shown.loc["better", "footprint"] == "16,896"
@@ -84,7 +84,7 @@ def test_report_tables_format_per_column() -> None:
     assert shown.loc["better", "valid_bpb"].count(" ± ") == 1 and len(shown.loc["better", "valid_bpb"].split(" ± ")[0]) == 5
     assert shown.loc["local", "vs local"] == "ref" and shown.loc["better", "vs best"] == "ref"
     assert shown.loc["better", "vs local"].startswith("-0.") and shown.loc["better", "vs local"].endswith(" *")
-    from memzoo.publishing.cells import format_value
+    from memzoo.analysis.cells import format_value
     from memzoo.publishing.sections import console_table  # what `memzoo compare` prints at the end
 
     assert format_value("params", np.int64(821504)) == "821,504" and format_value("lr", 3e-4) == "0.0003"
@@ -160,7 +160,7 @@ def test_capacity_figure_and_report(tmp_path: Path) -> None:
 def test_passkey_accuracy_interval_is_over_seeds() -> None:
     import json
 
-    from memzoo.publishing.sections import passkey_summary
+    from memzoo.evaluations.reporting import passkey_summary
 
     def rows(depth0: float) -> str:  # depth 0 at `depth0`, depth 1 always right: the seed's mean is (depth0 + 1) / 2
         return json.dumps([{"length": 4096, "depth": d, "accuracy": depth0 if d == 0 else 1.0, "tokens_per_s": 1000.0,

@@ -1,4 +1,4 @@
-"""Why Infini-attention recovers so little beyond the window (issue 53): for each trained Infini run of
+"""Why Infini-attention recovers so little beyond the window: for each trained Infini run of
 an `lm-window` suite folder, its gates (sigmoid(beta) per head and layer) and its read contrast
 (memzoo.diagnose.read_contrast: the mean cosine between two queries' reads, and between a read and
 the mean value written before it; a memory collapsed to a document average reads near 1 on both),

@@ -1,4 +1,4 @@
-"""What a memory carries beyond the window (the `lm-window` suite, issue 53): each variant's paired
+"""What a memory carries beyond the window (the `lm-window` suite): each variant's paired
 difference from the floor on a class of bytes (a copy class or a position band, per document), the
 ceiling check, and headroom recovered beside its segment-0 correction.
 

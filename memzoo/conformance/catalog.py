@@ -19,7 +19,7 @@ import yaml
 
 from memzoo.core.config import ModelConfig
 from memzoo.core.plugins import registered
-from memzoo.core.resources import resource_dir
+from memzoo.core.resources import resource_dir, rounding_sensitive  # rounding_sensitive: re-exported
 
 _BINOPS = {
     ast.Add: operator.add,
@@ -105,12 +105,6 @@ def load_cards() -> dict[str, Card]:
         card = Card(**raw)
         cards[card.name] = card
     return cards
-
-
-def rounding_sensitive(methods: list[str]) -> list[str]:
-    """The methods among `methods` whose card marks their result as decided by rounding."""
-    cards = load_cards()
-    return sorted(m for m in set(methods) if m in cards and cards[m].rounding_sensitivity)
 
 
 def get_card(name: str) -> Card:

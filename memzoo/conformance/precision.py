@@ -53,8 +53,10 @@ class FloatOps(TorchDispatchMode):
                 if op in FACTORIES and t.dim() == 0 and not bool(t):
                     self.harmless += 1
                     continue
-                self.seen[(op, t.dtype)] += 1
-                self.first.setdefault((op, t.dtype), caller_line())
+                key = (op, t.dtype)
+                self.seen[key] += 1
+                if key not in self.first:  # the stack walk is slow: once per (op, dtype), not per op
+                    self.first[key] = caller_line()
         return out
 
     def narrower_than(self, dtype: torch.dtype) -> list[str]:

@@ -13,3 +13,17 @@ from pathlib import Path
 def resource_dir(package: str) -> Path:
     """Folder of `memzoo.<package>` ("registry" or "configs"), wherever this memzoo was imported from."""
     return Path(str(resources.files(f"memzoo.{package}")))
+
+
+def rounding_sensitive(methods: list[str]) -> list[str]:
+    """The methods among `methods` whose card (memzoo/registry/NAME.yaml) marks their result as decided
+    by rounding (a non-empty `rounding_sensitivity`); a method without a card has no mark. Here, below
+    the catalogue, so that an evaluation kind's report notes can name them."""
+    import yaml
+
+    marked = []
+    for method in sorted(set(methods)):
+        card = resource_dir("registry") / f"{method}.yaml"
+        if card.is_file() and (yaml.safe_load(card.read_text()) or {}).get("rounding_sensitivity"):
+            marked.append(method)
+    return marked

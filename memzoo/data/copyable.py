@@ -1,5 +1,5 @@
 """Which bytes of a document a model could copy, and from where, and bits per byte by copy class and
-within-segment position band: what attention can reach against what only a memory can (issue 53).
+within-segment position band: what attention can reach against what only a memory can (the `lm-window` suite).
 
 Index convention: every mask here is aligned to the document's bytes as TARGETS. mask[t] is about
 byte t, the byte the logits at position t-1 predict (byte 0 is never a target). In the corpus's

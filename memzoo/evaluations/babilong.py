@@ -36,7 +36,9 @@ from memzoo.data.babilong import (QUESTION_TEMPLATE, Sample, check_task_name, la
 from memzoo.data.tasks import bytes_to_tensor
 from memzoo.runs.configure import saved_run_config
 from memzoo.evaluations.run_result import peak_rss_mb
-from memzoo.evaluations.registry import Command, Evaluation, fmt, names, numbers, register_evaluation
+from memzoo.analysis.babilong import babilong_curves, is_babilong_table
+from memzoo.evaluations.registry import Command, Evaluation, Figure, fmt, names, numbers, register_evaluation
+from memzoo.evaluations.reporting import babilong_notes, babilong_sections
 from memzoo.evaluations.generate import StreamingDecoder
 from memzoo.evaluations.harness import WORKER_DIED, atomic_text, in_process, merge_into_result, method_of, run_isolated, trained_run
 
@@ -271,4 +273,8 @@ def _shown(r: dict[str, Any]) -> dict[str, Any]:
 register_evaluation(Evaluation("babilong", BabilongConfig, evaluate_babilong, Command(
     "BABILong by streaming: official and exact-match accuracy per (task, length)", _arguments, _options, _shown,
     ["task", "length", "reset", "official", "exact", "label_chance", "n", "tokens_per_s", "peak_rss_mb", "status"],
-    "babilong.jsonl")))
+    "babilong.jsonl"),
+    section=babilong_sections, notes=babilong_notes, holds=is_babilong_table,
+    figure=Figure("BABILong accuracy (official scorer) against the input's length in bytes, per task: mean over seeds "
+                  "with the 95% t interval; dashed: the state reset before the question; grey: label chance",
+                  babilong_curves)))

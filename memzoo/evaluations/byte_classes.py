@@ -1,5 +1,5 @@
 """Bits per byte by within-segment position and by copy class, per document: what attention within its
-span predicts against what only a memory can (issue 53; the classes are memzoo.data.copyable's).
+span predicts against what only a memory can (the `lm-window` suite; the classes are memzoo.data.copyable's).
 
 The language-model evaluation hands over every streamed segment's per-byte bits; this module sums
 them per document (so that methods pair by document as well as by seed) into:
@@ -21,9 +21,11 @@ from memzoo.data.corpus import Document
 CLASSES = ("beyond", "within", "none")
 
 
-def segment_classes(doc: Document, segment_len: int, span: int, k: int) -> dict[str, Tensor]:
-    """{class: [S, N] bool} in the corpus's target layout, for one document (every segment)."""
-    ids = torch.frombuffer(bytearray(doc.data), dtype=torch.uint8).long()  # [L]
+def segment_classes(doc: Document, segment_len: int, span: int, k: int, segments: int | None = None) -> dict[str, Tensor]:
+    """{class: [S, N] bool} in the corpus's target layout, for one document (every segment, or its first
+    `segments`: a byte's class depends only on the bytes up to it, so the document's head is enough)."""
+    data = doc.data if segments is None else doc.data[:segments * segment_len + 1]
+    ids = torch.frombuffer(bytearray(data), dtype=torch.uint8).long()  # [L]
     classes = copy_classes(ids, k=k, window=span, segment_len=segment_len)
     return {name: target_layout(getattr(classes, name), segment_len) for name in CLASSES}
 
@@ -52,8 +54,8 @@ def byte_class_columns(docs: list[Document], bits: Tensor, mask: Tensor, seg: Te
             for label, positions in bands:
                 out_bits[f"band_{label}"][d] += bits[r, positions].sum()
                 out_count[f"band_{label}"][d] += real[r, positions].sum()
-        if d not in layouts:
-            layouts[d] = segment_classes(docs[d], n, span, k)
+        if d not in layouts:  # up to the document's last streamed segment (evaluations read a head of it)
+            layouts[d] = segment_classes(docs[d], n, span, k, int(seg[doc == d].max()) + 1)
         for name in CLASSES:
             chosen = layouts[d][name][s].double() * real[r]  # [N]
             out_bits[f"copy_{name}"][d] += (bits[r] * chosen).sum()

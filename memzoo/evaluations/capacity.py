@@ -35,7 +35,9 @@ from memzoo.core.model import MemoryModel
 from memzoo.core.plugins import get_memory
 from memzoo.data.recall import SegmentRecallExample, recall_chance, segment_recall_example, stale_chance
 from memzoo.runs.configure import memory_config
-from memzoo.evaluations.registry import Command, Evaluation, Score, register_evaluation
+from memzoo.analysis.capacity import capacity_curves, is_capacity_table
+from memzoo.evaluations.registry import Command, Evaluation, Figure, Score, register_evaluation
+from memzoo.evaluations.reporting import capacity_notes, capacity_sections, capacity_summary
 from memzoo.evaluations.run_result import gate_values, measure_footprint, peak_rss_mb, precision_columns, write_row
 from memzoo.runs.checkpoints import load_run
 
@@ -208,4 +210,7 @@ register_evaluation(Evaluation(
                          "reset": f"{row['recall_accuracy_reset']:.3f}", "chance": f"{row['recall_chance']:.3f}"},
             ["method", "accuracy", "reset", "chance"], ""),
     in_suite=False, ends_training=is_capacity_run, scores=(Score("recall_accuracy", True),),
-    finish=lambda run_dir, cfg, model, progress=True: write_capacity_result(run_dir, cfg, model)))
+    finish=lambda run_dir, cfg, model, progress=True: write_capacity_result(run_dir, cfg, model),
+    section=capacity_sections, notes=capacity_notes, summary=capacity_summary, holds=is_capacity_table,
+    figure=Figure("Cross-segment recall accuracy against state numbers (log), per gap and number of pairs",
+                  capacity_curves)))

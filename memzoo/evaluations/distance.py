@@ -46,7 +46,10 @@ from memzoo.evaluations.capacity import accuracy, hits_by_example, rewrite_metri
 from memzoo.runs.checkpoints import load_trained
 from memzoo.runs.configure import load_run_config
 from memzoo.evaluations.run_result import peak_rss_mb
-from memzoo.evaluations.registry import Command, Evaluation, Score, add_stream_options, fmt, numbers, register_evaluation
+from memzoo.analysis.distance import distance_curves, is_distance_table
+from memzoo.evaluations.registry import (Command, Evaluation, Figure, Score, add_stream_options, fmt, numbers,
+                                         register_evaluation)
+from memzoo.evaluations.reporting import distance_notes, distance_sections, distance_summary_display
 from memzoo.evaluations.generate import StreamingDecoder
 from memzoo.evaluations.harness import (Meter, OutOfBudget, atomic_json, default_budget, merge_into_result, reusable, stream,
                                     weights_id)
@@ -252,4 +255,9 @@ register_evaluation(Evaluation("distance", DistanceConfig, evaluate_distance, Co
     "recall of a recall-trained run at each gap (segments from the last write), streamed", _arguments, _options,
     _shown, ["gap", "reset", "accuracy", "chance", "stale", "status"], "distance.json"),
     # every memory is at about 1.0 at the gaps it was trained on: ranked on what it carries past them
-    scores=(Score("recall_past_training", True, lambda row: recall_past_training(row["distance_json"])),)))
+    scores=(Score("recall_past_training", True, lambda row: recall_past_training(row["distance_json"])),),
+    section=distance_sections, notes=distance_notes, summary=distance_summary_display, holds=is_distance_table,
+    replaces=("capacity",),  # its runs are capacity-trained: their report is the distance one
+    figure=Figure("Recall accuracy against the gap between the last write and the queries (segments, log): mean over "
+                  "seeds with the 95% t interval; dashed: the state reset after the last write; grey: chance",
+                  distance_curves)))

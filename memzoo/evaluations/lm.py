@@ -29,6 +29,7 @@ from memzoo.data.corpus import load_documents, split_documents
 from memzoo.data.samplers import stream_documents
 from memzoo.evaluations.byte_classes import byte_class_columns
 from memzoo.evaluations.registry import Command, Evaluation, Score, register_evaluation
+from memzoo.evaluations.reporting import bpb_notes, bpb_sections, bpb_summary, holds_bpb
 from memzoo.analysis.results import bpb_over
 from memzoo.evaluations.run_result import peak_rss_mb, write_result
 from memzoo.runs.checkpoints import load_run, run_config
@@ -234,6 +235,7 @@ register_evaluation(Evaluation(
             print_rows=_print_rows, name="eval"),
     columns=table_columns, in_suite=False, finish=finish_training,
     # where a memory can have been read (segment 0 has none yet); valid_bpb over whole documents
-    scores=(Score("bpb_after_segment_0", False, lambda row: bpb_over(row, 1)), Score("valid_bpb", False))))
+    scores=(Score("bpb_after_segment_0", False, lambda row: bpb_over(row, 1)), Score("valid_bpb", False)),
+    section=bpb_sections, notes=bpb_notes, summary=bpb_summary, holds=holds_bpb))
 
 register_evaluation(Evaluation("memory-ablation", MemoryAblationConfig, ablate_folder))

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from memzoo.core.model import MemoryModel
 from memzoo.evaluations.passkey_recall import LongRangeConfig, evaluate_length
 from memzoo.evaluations.registry import Command, Evaluation, add_stream_options, fmt, numbers, register_evaluation
+from memzoo.evaluations.reporting import passkey_notes, passkey_sections, recall_sections
 from memzoo.evaluations.harness import (WORKER_DIED, atomic_json, in_process, merge_into_result, method_of, reusable,
                                         run_isolated, trained_run)
 
@@ -149,7 +150,7 @@ def _shown(r: dict[str, Any]) -> dict[str, Any]:
 _COLUMNS = ["length", "depth", "segments_back", "accuracy", "tokens_per_s", "peak_rss_mb", "status"]
 register_evaluation(Evaluation("passkey", LongRangeConfig, evaluate_longrange, Command(
     "passkey retrieval by streaming: accuracy, tokens/s, peak memory per (length, depth)", _passkey_arguments,
-    _options, _shown, _COLUMNS, "passkey.json")))
+    _options, _shown, _COLUMNS, "passkey.json"), section=passkey_sections, notes=passkey_notes))
 register_evaluation(Evaluation("recall", LongRangeConfig, evaluate_longrange, Command(
     "multi-query associative recall by streaming, per length", _recall_arguments, _options, _shown,
-    [c for c in _COLUMNS if c != "segments_back"], "recall.json")))
+    [c for c in _COLUMNS if c != "segments_back"], "recall.json"), section=recall_sections))

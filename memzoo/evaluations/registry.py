@@ -71,8 +71,9 @@ class Evaluation:
     command: Optional[Command] = None
     columns: Optional[Callable[[Row], None]] = None
     in_suite: bool = True  # whether a suite's `longrange:` list may name it (lm runs at the end of training)
-    # Its report: `section(results) -> [(heading, table), ...]` from a suite's results DataFrame (None:
-    # one generic section of its rows per run), and its figure (None: no figure).
+    # Its part of a suite's report, from the suite's results DataFrame: `section(results) -> [(heading,
+    # table), ...]` (None: one generic section of its rows per run; a table's numbers are formatted per
+    # column, its strings kept as they are) and its figure (None: no figure).
     section: Optional[Callable[[Any], list[tuple[str, Any]]]] = None
     figure: Optional[Figure] = None
     # The evaluation that ends training, for the runs `ends_training(cfg)` is true of: `finish(run_dir,
@@ -83,7 +84,19 @@ class Evaluation:
     # What a scorecard ranks a suite that runs this kind by (the first, unless the suite's `scorecard`
     # names another); a kind without scores leaves a suite to the kinds before it (memzoo.publishing.scorecard).
     scores: tuple[Score, ...] = ()
+    # The rest of its report part: `notes(results) -> [str]`, what its columns mean; `summary(results) ->
+    # table`, what `memzoo compare` prints when a suite of its rows ends; `holds(results)`, whether a
+    # results table holds its rows (None: the table has its column NAME_json); `replaces`, the kinds whose
+    # part it takes the place of where both hold rows (distance runs are capacity runs, reported by distance).
+    notes: Optional[Callable[[Any], list[str]]] = None
+    summary: Optional[Callable[[Any], Any]] = None
+    holds: Optional[Callable[[Any], bool]] = None
+    replaces: tuple[str, ...] = ()
     module: str = field(default="", compare=False)
+
+    def in_results(self, results: Any) -> bool:
+        """Whether a suite's results table (a DataFrame) holds rows of this kind."""
+        return self.holds(results) if self.holds is not None else f"{self.name}_json" in results.columns
 
     def table_columns(self, row: Row) -> None:
         """This kind's entry of a result.json row as table columns (in place)."""
@@ -141,6 +154,17 @@ def evaluations() -> dict[str, Evaluation]:
     return dict(sorted(_REGISTRY.items(), key=lambda item: rank.get(item[1].module, len(rank))))
 
 
+def reported(results: Any) -> dict[str, Evaluation]:
+    """The kinds a suite's report shows for its results table: those whose rows it holds, in the
+    registry's order, less any that another of them replaces."""
+    held = {name: e for name, e in evaluations().items() if e.in_results(results)}
+    replaced = {name for e in held.values() for name in e.replaces}
+    return {name: e for name, e in held.items() if name not in replaced}
+
+
+DEFAULT_KIND = "lm"  # ends the training of every run no other kind claims (end_of_training)
+
+
 def end_of_training(cfg: Any) -> Evaluation:
     """The kind that evaluates a run when its training ends: the one whose `ends_training(cfg)` holds
     (capacity for recall across segments), else `lm`, which claims every other run."""
@@ -148,7 +172,7 @@ def end_of_training(cfg: Any) -> Evaluation:
     claims = [e for e in known.values() if e.finish is not None and e.ends_training is not None and e.ends_training(cfg)]
     if len(claims) > 1:
         raise ConfigError(f"kinds {[e.name for e in claims]} all claim to end this run's training; one must")
-    return claims[0] if claims else known["lm"]
+    return claims[0] if claims else known[DEFAULT_KIND]
 
 
 def get_evaluation(name: str) -> Evaluation:

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
+from memzoo.core.causal_conv import causal_conv
 from memzoo.core.compiled import check_compile_mode, compiled
 from memzoo.core.config import ModelConfig
 from memzoo.core.memory import LayerInputs, LayerMemory, State, zero_loss
@@ -92,7 +93,7 @@ def delta_rule_loop(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s0
 
 
 def delta_rule_chunkwise(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, s0: Tensor,
-                         reset: Tensor, chunk_size: int) -> tuple[Tensor, Tensor]:
+                         reset: Tensor, chunk_size: int, decay: bool = True) -> tuple[Tensor, Tensor]:
     """The same recurrence in chunks of C tokens (WY/UT form): everything inside a chunk as batched
     matrix products over all chunks at once; across chunks only the state pass, one affine map a chunk,
 
@@ -102,6 +103,11 @@ def delta_rule_chunkwise(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tenso
     O = (Q̃ − (Q Kᵀ ⊙ D) W) S_startᵀ + (Q Kᵀ ⊙ D) U with Q̃ = diag(e^G) Q. Same arguments and results
     as `delta_rule_loop`. A last partial chunk is padded with k = v = q = 0, β = 0, g = 0 (α = 1):
     padded tokens leave the state exactly as it was, and their outputs are dropped.
+
+    `decay=False` is DeltaNet's α ≡ 1 (g is not read; the values are those of g = 0 exactly: every
+    decay factor e^0 = 1 is left out rather than multiplied in). The chunks are a view of each head's
+    tokens ([B, S, H, nC, C, D]: no copy in either pass), and β scales the keys once ([C, D]) rather
+    than the chunk's [C, C] products.
     """
     b, s, h, n, dv = v.shape
     dk = k.shape[-1]
@@ -109,35 +115,50 @@ def delta_rule_chunkwise(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tenso
     pad = (-n) % c
     if pad:
         q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
-        g, beta = (F.pad(t, (0, pad)) for t in (g, beta))
-    q, k, v = (rearrange(t, "b s h (c t) d -> b s c h t d", t=c) for t in (q, k, v))
-    g, beta = (rearrange(t, "b s h (c t) -> b s c h t", t=c) for t in (g, beta))
-
-    big_g = g.cumsum(dim=-1)  # [B, S, nC, H, C] G_r: log of the decay from the chunk's start through r
-    causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()  # i <= r
-    decay = torch.exp((big_g[..., :, None] - big_g[..., None, :]).masked_fill(~causal, -math.inf))  # [.., C, C] e^{G_r − G_i}
-    a = (beta[..., None] * decay * (k @ k.transpose(-1, -2))).tril(-1)  # [.., C, C] strictly lower
-    rhs = torch.cat((beta[..., None] * v, (beta * big_g.exp())[..., None] * k), dim=-1)  # [.., C, Dv + Dk]
-    eye = torch.eye(c, dtype=a.dtype, device=a.device)
-    u, w = torch.linalg.solve_triangular(eye + a, rhs, upper=False, unitriangular=True).split([dv, dk], dim=-1)
-    qk = (q @ k.transpose(-1, -2)) * decay  # [.., C, C] (Q Kᵀ ⊙ D), diagonal included
-    q_read = big_g.exp()[..., None] * q - qk @ w  # [.., C, Dk] Q̃ − (Q Kᵀ ⊙ D) W: what reads S_start
-    o_within = qk @ u  # [.., C, Dv] the chunk's own writes, read
-    k_to_end = (big_g[..., -1:] - big_g).exp()[..., None] * k  # [.., C, Dk] K̃ = e^{G_C − G_i} k_i
-    eye_k = torch.eye(dk, dtype=a.dtype, device=a.device)
-    carry = big_g[..., -1].exp()[..., None, None] * eye_k - w.transpose(-1, -2) @ k_to_end  # [.., Dk, Dk]
-    written = u.transpose(-1, -2) @ k_to_end  # [.., Dv, Dk] Uᵀ K̃
+        beta = F.pad(beta, (0, pad))
+        g = F.pad(g, (0, pad)) if decay else g
+    nc = (n + pad) // c
+    q, k, v = (t.unflatten(3, (nc, c)) for t in (q, k, v))  # [B, S, H, nC, C, D]
+    beta = beta.unflatten(3, (nc, c))  # [B, S, H, nC, C]
+    k_beta = beta[..., None] * k  # [.., C, Dk] β_r k_r
+    k_t = k.transpose(-1, -2)
+    eye_k = torch.eye(dk, dtype=k.dtype, device=k.device)
+    if decay:
+        big_g = g.unflatten(3, (nc, c)).cumsum(dim=-1)  # [B, S, H, nC, C] G_r: log of the decay from the chunk's start through r
+        causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()  # i <= r
+        dmat = torch.exp((big_g[..., :, None] - big_g[..., None, :]).masked_fill(~causal, -math.inf))  # [.., C, C] e^{G_r − G_i}
+        a = (k_beta @ k_t) * dmat  # [.., C, C] β_r e^{G_r − G_i} k_r·k_i (the solve reads its strict lower triangle)
+        e_g = big_g.exp()[..., None]  # [.., C, 1] e^{G_r}
+        rhs = torch.cat((beta[..., None] * v, e_g * k_beta), dim=-1)  # [.., C, Dv + Dk]
+        qk = (q @ k_t) * dmat  # [.., C, C] (Q Kᵀ ⊙ D), diagonal included
+        q_decayed = e_g * q  # Q̃ = diag(e^G) Q
+        k_to_end = (big_g[..., -1:] - big_g).exp()[..., None] * k  # [.., C, Dk] K̃ = e^{G_C − G_i} k_i
+        keep = (big_g[..., -1].exp()[..., None, None] * eye_k).flatten(0, -3)  # e^{G_C} I
+    else:  # α ≡ 1: D is the causal mask, e^G = 1
+        a = k_beta @ k_t
+        rhs = torch.cat((beta[..., None] * v, k_beta), dim=-1)
+        qk = (q @ k_t).tril()
+        q_decayed, k_to_end, keep = q, k, eye_k
+    # (I + A) [U | W] = rhs, A strictly lower: the solve reads only A's strict lower triangle (unitriangular:
+    # I is implied) and gives A's gradient there alone, so neither I nor a mask is added
+    u, w = torch.linalg.solve_triangular(a, rhs, upper=False, unitriangular=True).split([dv, dk], dim=-1)
+    flat = lambda t: t.flatten(0, -3)  # noqa: E731  [.., C, D] -> [B·S·H·nC, C, D], a view
+    q_read = torch.baddbmm(flat(q_decayed), flat(qk), flat(w), alpha=-1)  # [.., C, Dk] Q̃ − (Q Kᵀ ⊙ D) W: what reads S_start
+    o_within = torch.bmm(flat(qk), flat(u))  # [.., C, Dv] the chunk's own writes, read
+    carry = torch.baddbmm(keep, flat(w).transpose(1, 2), flat(k_to_end), alpha=-1).view(b, s, h, nc, dk, dk)  # e^{G_C} I − Wᵀ K̃
+    written = torch.bmm(flat(u).transpose(1, 2), flat(k_to_end)).view(b, s, h, nc, dv, dk)  # Uᵀ K̃
 
     state, starts = s0, []  # state [B, H, Dv, Dk]
-    per_segment = zip(carry.unbind(1), written.unbind(1), reset.unbind(1))
-    for carry_s, written_s, fresh in per_segment:  # [B, nC, H, Dk, Dk], [B, nC, H, Dv, Dk], [B]
+    for carry_s, written_s, fresh in zip(carry.unbind(1), written.unbind(1), reset.unbind(1)):  # [B, H, nC, ..], [B]
         state = torch.where(fresh[:, None, None, None], torch.zeros_like(state), state)
-        for carry_c, written_c in zip(carry_s.unbind(1), written_s.unbind(1)):
-            starts.append(state)
+        chunk_starts = []
+        for carry_c, written_c in zip(carry_s.unbind(2), written_s.unbind(2)):  # [B, H, Dk, Dk], [B, H, Dv, Dk]
+            chunk_starts.append(state)
             state = torch.baddbmm(written_c.flatten(0, 1), state.flatten(0, 1), carry_c.flatten(0, 1)).view_as(state)
-    s_start = rearrange(torch.stack(starts, dim=1), "b (s c) h v k -> b s c h v k", s=s)  # [B, S, nC, H, Dv, Dk]
-    o = q_read @ s_start.transpose(-1, -2) + o_within  # [B, S, nC, H, C, Dv]
-    o = rearrange(o, "b s c h t d -> b s h (c t) d")
+        starts.append(torch.stack(chunk_starts, dim=2))  # [B, H, nC, Dv, Dk]
+    s_start = torch.stack(starts, dim=1)  # [B, S, H, nC, Dv, Dk]
+    o = torch.baddbmm(o_within, q_read, s_start.transpose(-1, -2).flatten(0, -3))
+    o = o.view(b, s, h, nc * c, dv)  # [B, S, H, N (+ padding), Dv]
     return o[..., :n, :], state
 
 
@@ -151,17 +172,25 @@ class ShortConv(nn.Module):
         bound = 1.0 / math.sqrt(size)  # nn.Conv1d's default for a depthwise filter (fan-in K)
         self.weight = nn.Parameter(torch.empty(channels, size).uniform_(-bound, bound))  # [C, K]
 
+    def taps(self, streams: int, heads: int) -> Tensor:
+        """The filter as [K, T, 1, 1, H, 1, D] taps for inputs [T, B, S, H, N, D] (channel c = (t, h, d))."""
+        return self.weight.t().reshape(self.size, streams, 1, 1, heads, 1, -1)
+
     def forward(self, x: Tensor, cache: Tensor, reset: Tensor) -> tuple[Tensor, Tensor]:
-        """x [B, S, N, C], cache [B, K-1, C], reset [B, S] -> (y [B, S, N, C], cache after the last segment)."""
-        n, keep = x.shape[2], self.size - 1
+        """x [T, B, S, H, N, D] (T streams; channel c = (t, h, d) of C = T·H·D), cache [B, K-1, C], reset [B, S]
+        -> (y like x, cache after the last segment). One padded copy of the input, then the taps
+        (memzoo.core.causal_conv: the backward written out)."""
+        t, b, s, h, n, d = x.shape
+        keep = self.size - 1
+        history = cache.view(b, keep, t, h, d).permute(2, 0, 3, 1, 4)  # [T, B, H, K-1, D], oldest first
         prefixes = []
-        for x_s, fresh in zip(x.unbind(1), reset.unbind(1)):
-            cache = torch.where(fresh[:, None, None], torch.zeros_like(cache), cache)  # a new document: zero padding
-            prefixes.append(cache)
-            cache = torch.cat((cache, x_s), dim=1)[:, -keep:]  # the last K-1 inputs (also when N < K-1)
-        padded = torch.cat((torch.stack(prefixes, dim=1), x), dim=2)  # [B, S, K-1+N, C]
-        y = sum(self.weight[:, j] * padded[:, :, j : j + n] for j in range(self.size))  # y_t = Σ_j w_j x_{t-K+1+j}
-        return y, cache
+        for x_s, fresh in zip(x.unbind(2), reset.unbind(1)):  # [T, B, H, N, D], [B]
+            history = torch.where(fresh[None, :, None, None, None], torch.zeros_like(history), history)  # a new document: zero padding
+            prefixes.append(history)
+            history = torch.cat((history, x_s[..., -keep:, :]), dim=-2)[..., -keep:, :]  # the last K-1 inputs (also when N < K-1)
+        padded = torch.cat((torch.stack(prefixes, dim=2), x), dim=-2)  # [T, B, S, H, K-1+N, D]
+        y = causal_conv(padded, self.taps(t, h), pad=0)  # y_t = Σ_j w_j x_{t-K+1+j}
+        return y, history.permute(1, 3, 0, 2, 4).reshape(b, keep, t * h * d)
 
 
 class LowRankLinear(nn.Module):
@@ -273,16 +302,16 @@ class GatedDeltaNet(LayerMemory):
         g, beta = self.gates(hidden)  # [B, S, H, N]
         s0 = state["S"].to(dtype)
         if fused:
-            o, new_state["S"] = delta_rule_chunkwise(q, k, v, g, beta, s0, reset, self.cfg.chunk_size)
+            o, new_state["S"] = delta_rule_chunkwise(q, k, v, g, beta, s0, reset, self.cfg.chunk_size, self.cfg.gated)
         elif self.cfg.chunkwise:
-            torch_form = functools.partial(delta_rule_chunkwise, chunk_size=self.cfg.chunk_size)
+            torch_form = functools.partial(delta_rule_chunkwise, chunk_size=self.cfg.chunk_size, decay=self.cfg.gated)
             o, new_state["S"] = fla_kernels.chunkwise(self.cfg.kernel, self.cfg.gated, torch_form, q, k, v, g, beta, s0, reset)
         else:
             o, new_state["S"] = delta_rule_loop(q, k, v, g, beta, s0, reset)
         if not fused:  # the recurrence's inputs and the state it leaves, for a measure that takes the state apart
             probe("gated-deltanet.recurrence", layer=self.layer_index, q=q, k=k, v=v, g=g, beta=beta, s0=s0,
                   reset=reset, state=new_state["S"], chunk_size=self.cfg.chunk_size)
-        o = o * torch.rsqrt(o.pow(2).mean(dim=-1, keepdim=True) + self.cfg.norm_eps) * self.norm_weight  # RMSNorm per head
+        o = F.rms_norm(o, (o.shape[-1],), self.norm_weight, self.cfg.norm_eps)  # RMSNorm per head: o / √(mean o² + ε) ⊙ w
         out_gate = rearrange(self.out_gate(hidden), "b s n (h d) -> b s h n d", h=self.n_heads)
         return o * F.silu(out_gate), new_state  # [B, S, H, N, D]
 
@@ -291,10 +320,10 @@ class GatedDeltaNet(LayerMemory):
         new_state: State = {}
         if self.conv is None:
             return q, k, v, new_state
-        qkv = rearrange(torch.stack((q, k, v)), "three b s h n d -> b s n (three h d)")  # [B, S, N, 3·H·D]
+        qkv = torch.stack((q, k, v))  # [3, B, S, H, N, D]: channel (three, h, d) of the 3·H·D
         if self.cfg.conv_size > 1:
             qkv, new_state["conv"] = self.conv(qkv, state["conv"].to(qkv.dtype), reset)
         else:  # a kernel of 1 keeps no history
-            qkv = qkv * self.conv.weight[:, 0]
-        q, k, v = rearrange(qkv, "b s n (three h d) -> three b s h n d", three=3, h=self.n_heads)
+            qkv = qkv * self.conv.taps(3, self.n_heads)[0]
+        q, k, v = qkv.unbind(0)
         return q, k, v, new_state

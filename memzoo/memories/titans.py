@@ -65,6 +65,7 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from memzoo.core.attention import KVPrefix
+from memzoo.core.causal_conv import causal_conv
 from memzoo.core.compiled import check_compile_mode, compiled
 from memzoo.core.config import ModelConfig
 from memzoo.core.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
@@ -103,13 +104,20 @@ def silu_grad(z: Tensor, silu_z: Tensor) -> Tensor:
     return torch.addcmul(s, silu_z, 1 - s)
 
 
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b; torch.bmm where both are 3-d (the scan's [B·H, n, ·] tensors): matmul's broadcasting path would
+    add an expand and two reshapes, each an autograd node, to every product of a chunk step."""
+    return torch.bmm(a, b) if a.dim() == 3 and b.dim() == 3 else a @ b
+
+
 def mlp_forward(weights: list[Tensor], x: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-    """Inputs a_l and pre-activations z_l of every layer. weights[l]: [B, H, out, in]; x: [B, H, n, D]."""
+    """Inputs a_l and pre-activations z_l of every layer. weights[l]: [..., out, in]; x: [..., n, D]
+    ([B, H, ...] or the scan's flattened [B·H, ...])."""
     acts, pre = [], []
     a = x
     for l, w in enumerate(weights):
-        acts.append(a)  # [B, H, n, in]
-        z = a @ w.transpose(-1, -2)  # [B, H, n, out]
+        acts.append(a)  # [..., n, in]
+        z = matmul(a, w.transpose(-1, -2))  # [..., n, out]
         pre.append(z)
         a = F.silu(z) if l < len(weights) - 1 else z
     return acts, pre
@@ -123,14 +131,14 @@ def mlp_read(weights: list[Tensor], x: Tensor) -> Tensor:
 
 def inner_grad(weights: list[Tensor], keys: Tensor, values: Tensor) -> tuple[list[Tensor], list[Tensor]]:
     """The backward of ℓ = ‖M(k) − v‖² per token: ∇_{W_l} ℓ_j = δ_l,j a_l,jᵀ. Returns (δ, a) per layer,
-    δ_l: [B, H, n, out_l], a_l: [B, H, n, in_l]."""
+    δ_l: [..., n, out_l], a_l: [..., n, in_l]."""
     acts, pre = mlp_forward(weights, keys)
     deltas: list[Tensor] = [keys.new_empty(0)] * len(weights)  # placeholders in keys' dtype
     delta = 2 * (pre[-1] - values)  # dℓ/dz_L
     for l in range(len(weights) - 1, -1, -1):
         deltas[l] = delta
         if l > 0:
-            delta = (delta @ weights[l]) * silu_grad(pre[l - 1], acts[l])
+            delta = matmul(delta, weights[l]) * silu_grad(pre[l - 1], acts[l])
     probe("titans.inner_grad", deltas=deltas, acts=acts)  # per token: ‖∇ℓ‖² = Σ_l ‖δ_l‖² ‖a_l‖²
     return deltas, acts
 
@@ -160,38 +168,40 @@ def chunk_step(states: list[Tensor], keys: Tensor, values: Tensor, queries: Tens
                lr: Tensor, grad_clip: float, scores: Tensor, key_norm2: Tensor) -> tuple[Tensor, list[Tensor]]:
     """One chunk of n tokens: reads M_i(q_i) after each token's write, and the state after the chunk.
 
-    states: per layer W⁰ and S⁰ stacked, [B, H, 2, out, in]; keys, values, queries: [B, H, n, D];
-    lr = θ: [B, H, n]; coefs: `chunk_coefficients` of the chunk. scores = q kᵀ [B, H, n, n] and
-    key_norm2 = ‖k‖² [B, H, n] do not depend on the state (computed for all chunks at once).
+    Batch and heads are one axis here (the scan flattens them, so every product is one bmm):
+    states: per layer W⁰ and S⁰ stacked, [B·H, 2, out, in]; keys, values, queries: [B·H, n, D];
+    lr = θ: [B·H, n]; coefs: `chunk_coefficients` of the chunk. scores = q kᵀ [B·H, n, n] and
+    key_norm2 = ‖k‖² [B·H, n] do not depend on the state (computed for all chunks at once).
     """
     a_coef, s_coef, neg_c, neg_q_end, carry = coefs
-    deltas, acts = inner_grad([st[:, :, 0] for st in states], keys, values)
+    deltas, acts = inner_grad([st[:, 0] for st in states], keys, values)
     if grad_clip > 0:  # ‖δ aᵀ‖_F = ‖δ‖ ‖a‖ per layer
         a_norm2 = [key_norm2] + [(a * a).sum(-1) for a in acts[1:]]
-        norm2 = sum((d * d).sum(-1) * a2 for d, a2 in zip(deltas, a_norm2))  # [B, H, n]
+        norm2 = sum((d * d).sum(-1) * a2 for d, a2 in zip(deltas, a_norm2))  # [B·H, n]
         lr = lr / torch.clamp(torch.sqrt(norm2 + 1e-30) / grad_clip, min=1.0)
-    cl = neg_c * lr[..., None, :]  # −C_ij θ_j (the sign on the small factor: the big terms below are added, and
+    cl = neg_c * lr[:, None, :]  # −C_ij θ_j (the sign on the small factor: the big terms below are added, and
     # their backward needs no negation)
+    a_col, s_col = a_coef[..., None], s_coef[..., None]  # [B·H, n, 1]
     # Reads at W_i = A_i W⁰ + s_i S⁰ − Σ_j C_ij θ_j δ_j a_jᵀ, layer by layer (the dual form: no per-token
     # weights are materialised).
     r = queries
     for l, st in enumerate(states):
         out = st.shape[-2]
-        both = r @ st.flatten(2, 3).transpose(-1, -2)  # r W⁰ᵀ ‖ r S⁰ᵀ in one product: [B, H, n, 2 out]
+        both = torch.bmm(r, st.flatten(1, 2).transpose(1, 2))  # r W⁰ᵀ ‖ r S⁰ᵀ in one product: [B·H, n, 2 out]
         rw, rs = both.split(out, dim=-1)
-        r_a = scores if l == 0 else r @ acts[l].transpose(-1, -2)  # r_i · a_j: [B, H, n, n]
-        z = a_coef[..., None] * rw + s_coef[..., None] * rs + (cl * r_a) @ deltas[l]
+        r_a = scores if l == 0 else torch.bmm(r, acts[l].transpose(1, 2))  # r_i · a_j: [B·H, n, n]
+        z = torch.baddbmm(torch.addcmul(a_col * rw, s_col, rs), cl * r_a, deltas[l])  # A_i rW + s_i rS − Σ_j C_ij θ_j (r_i·a_j) δ_j
         r = F.silu(z) if l < len(states) - 1 else z
     # The state after the chunk's last token: W = A_n W⁰ + s_n S⁰ − Σ_j C_nj θ_j ∇_j, S = E_n S⁰ − Σ_j (E_n/E_j) θ_j ∇_j:
     # the carry of (W⁰, S⁰) is one [2 x 2] product; both sums are one [2 out × n] @ [n × in] product per row
     # and head, added to the carry in the same call (no broadcast copy of a_j, no separate addition).
-    upd = torch.stack((cl[..., -1, :], neg_q_end * lr), dim=2)[..., None, :]  # [B, H, 2, 1, n], negated
+    upd = torch.stack((cl[:, -1, :], neg_q_end * lr), dim=-1)[..., None]  # [B·H, n, 2, 1], negated
     new = []
-    bh, n = keys.shape[0] * keys.shape[1], keys.shape[-2]
     for st, d, a in zip(states, deltas, acts):
-        carried = (carry @ st.flatten(-2)).view(bh, -1, st.shape[-1])  # [B·H, 2 out, in]
-        u = (d.transpose(-1, -2)[:, :, None] * upd).reshape(bh, -1, n)  # [B·H, 2 out, n]
-        new.append(torch.baddbmm(carried, u, a.flatten(0, 1)).view_as(st))  # carry − Σ_j (…) θ_j δ_j a_jᵀ
+        bh, two, out, width = st.shape
+        carried = torch.bmm(carry, st.flatten(2)).view(bh, two * out, width)  # [B·H, 2 out, in]
+        u = (upd * d[:, :, None, :]).flatten(2)  # [B·H, n, 2 out]: (C_nj θ_j δ_j ‖ (E_n/E_j) θ_j δ_j), negated
+        new.append(torch.baddbmm(carried, u.transpose(1, 2), a).view_as(st))  # carry − Σ_j (…) θ_j δ_j a_jᵀ
     return r, new
 
 
@@ -204,39 +214,44 @@ def scan_memory(weights: list[Tensor], momentum: list[Tensor], keys: Tensor, val
 
     The chunks' decay/momentum coefficients do not depend on the state: computed for all full chunks
     at once. Inputs are cut by split (one gradient concatenation in backward, not a zero tensor of
-    the whole segment per chunk). Inside the loop each layer's W and S travel stacked, so one
-    product reads both and one product carries both."""
-    n = keys.shape[-2]
+    the whole segment per chunk). Batch and heads are flattened into one axis for the chunk loop, so
+    each product is one bmm; inside the loop each layer's W and S travel stacked, so one product reads
+    both and one product carries both."""
+    b, h, n = keys.shape[:3]
+    flat = lambda t: t.flatten(0, 1)  # noqa: E731  [B, H, ...] -> [B·H, ...]
     sizes = [chunk_size] * (n // chunk_size) + ([n % chunk_size] if n % chunk_size else [])
     full = (n // chunk_size) * chunk_size
     coefs: list[tuple[Tensor, ...]] = []
     if full:
         per = lambda t: t[..., :full].unflatten(-1, (full // chunk_size, chunk_size))  # noqa: E731  [B, H, nc, c]
-        coefs += list(zip(*(t.unbind(2) for t in chunk_coefficients(per(log_keep), per(log_eta)))))
+        coefs += list(zip(*(flat(t).unbind(1) for t in chunk_coefficients(per(log_keep), per(log_eta)))))
     if full < n:
-        coefs.append(chunk_coefficients(log_keep[..., full:], log_eta[..., full:]))
+        coefs.append(tuple(flat(t) for t in chunk_coefficients(log_keep[..., full:], log_eta[..., full:])))
+    keys, values, queries, lr = flat(keys), flat(values), flat(queries), flat(lr)  # [B·H, n, D], [B·H, n]
     scores, key_norm2 = [], []  # q kᵀ within each chunk and ‖k‖², state-independent
     if full:
-        per_chunk = lambda t: t[..., :full, :].unflatten(-2, (full // chunk_size, chunk_size))  # noqa: E731
-        q_c, k_c = per_chunk(queries), per_chunk(keys)  # [B, H, nc, c, D]
-        scores += (q_c @ k_c.transpose(-1, -2)).unbind(2)
-        key_norm2 += (k_c * k_c).sum(-1).unbind(2)
+        per_chunk = lambda t: t[:, :full, :].unflatten(1, (full // chunk_size, chunk_size))  # noqa: E731
+        q_c, k_c = per_chunk(queries), per_chunk(keys)  # [B·H, nc, c, D]
+        scores += (q_c @ k_c.transpose(-1, -2)).unbind(1)
+        key_norm2 += (k_c * k_c).sum(-1).unbind(1)
     if full < n:
-        scores.append(queries[..., full:, :] @ keys[..., full:, :].transpose(-1, -2))
-        key_norm2.append((keys[..., full:, :] ** 2).sum(-1))
+        scores.append(torch.bmm(queries[:, full:, :], keys[:, full:, :].transpose(1, 2)))
+        key_norm2.append((keys[:, full:, :] ** 2).sum(-1))
     states_before = (weights, momentum)
-    states = [torch.stack((w, s), dim=2) for w, s in zip(weights, momentum)]  # [B, H, 2, out, in]
+    states = [torch.stack((w, s), dim=2).flatten(0, 1) for w, s in zip(weights, momentum)]  # [B·H, 2, out, in]
     reads = []
-    parts = zip(keys.split(sizes, -2), values.split(sizes, -2), queries.split(sizes, -2), lr.split(sizes, -1), coefs,
+    parts = zip(keys.split(sizes, 1), values.split(sizes, 1), queries.split(sizes, 1), lr.split(sizes, -1), coefs,
                 scores, key_norm2)
     for k, v, q, theta, coef, qk, k2 in parts:
         r, states = step(states, k, v, q, coef, theta, grad_clip, qk, k2)
         reads.append(r)
-    weights, momentum = zip(*(st.unbind(2) for st in states))
-    reads = torch.cat(reads, dim=-2)
-    # a segment's write: its inputs, gates and the state it leaves (experiments/precision listens)
-    probe("titans.scan", keys=keys, values=values, queries=queries, log_keep=log_keep, log_eta=log_eta, lr=lr,
-          grad_clip=grad_clip, states_before=states_before, reads=reads, weights=list(weights), momentum=list(momentum))
+    weights, momentum = zip(*(st.unflatten(0, (b, h)).unbind(2) for st in states))
+    reads = torch.cat(reads, dim=1).unflatten(0, (b, h))  # [B, H, n, D]
+    if listening():  # a segment's write: its inputs, gates and the state it leaves (experiments/precision listens)
+        unflat = lambda t: t.unflatten(0, (b, h))  # noqa: E731
+        probe("titans.scan", keys=unflat(keys), values=unflat(values), queries=unflat(queries), log_keep=log_keep,
+              log_eta=log_eta, lr=unflat(lr), grad_clip=grad_clip, states_before=states_before, reads=reads,
+              weights=list(weights), momentum=list(momentum))
     return reads, list(weights), list(momentum)
 
 
@@ -258,13 +273,10 @@ class CausalConv(nn.Module):
         self.bias = nn.Parameter(torch.zeros(streams, n_heads, 1, d_head))
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: [T, B, H, n, D] -> [T, B, H, n, D], as shifted products (cheaper than grouped Conv1d on CPU)."""
-        n = x.shape[-2]
-        w = self.weight[:, :, None]  # [T, K, 1, H, 1, D]
-        y = x * w[:, -1] + self.bias[:, None]
-        for j in range(1, min(self.kernel, n)):  # tap K−1−j looks j tokens back
-            y = y + F.pad(x[..., : n - j, :], (0, 0, j, 0)) * w[:, -1 - j]  # zero history before the segment
-        return F.silu(y)
+        """x: [T, B, H, n, D] -> [T, B, H, n, D]: shifted products with a written-out backward
+        (memzoo.core.causal_conv; cheaper than grouped Conv1d on CPU), zero history before the segment."""
+        taps = self.weight.transpose(0, 1)[:, :, None]  # [K, T, 1, H, 1, D]: tap K−1−j looks j tokens back
+        return F.silu(causal_conv(x, taps, self.bias[:, None]))
 
 
 class Gates(nn.Module):

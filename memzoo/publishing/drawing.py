@@ -1,26 +1,22 @@
 """The report's figures: every standard figure a results table has data for, drawn by the recipes of
-memzoo.analysis and saved as PNG files, with the caption each gets."""
+memzoo.analysis, and the figure of each evaluation kind the table holds (declared when it registered),
+saved as PNG files, with the caption each gets."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 
-from memzoo.analysis import (bpb_by_segment, capacity_curves, cost_per_method, cost_vs_length, footprint_vs_bpb,
-                             footprint_vs_gain, gain_by_segment, gate_heatmaps, is_capacity_table, passkey_heatmaps)
-from memzoo.analysis.babilong import babilong_curves, is_babilong_table
-from memzoo.analysis.distance import distance_curves, is_distance_table
+from memzoo.analysis import (bpb_by_segment, cost_per_method, cost_vs_length, footprint_vs_bpb, footprint_vs_gain,
+                             gain_by_segment, gate_heatmaps, passkey_heatmaps)
+from memzoo.analysis.cells import has_columns
 from memzoo.analysis.longrange import answer_loss_curves, passkey_length_curves
-from memzoo.evaluations.registry import evaluations
+from memzoo.evaluations.registry import evaluations, reported
+
 CAPTIONS = {
     "gain": "Headline: state (numbers per sequence, log) against the difference from local in valid bits per byte, "
             "paired by seed (95% t interval; below 0 the memory buys something)",
     "gain_segments": "Difference from local in bits per byte by segment index, paired by seed (95% t band)",
-    "capacity": "Cross-segment recall accuracy against state numbers (log), per gap and number of pairs",
-    "distance": "Recall accuracy against the gap between the last write and the queries (segments, log): mean over "
-                "seeds with the 95% t interval; dashed: the state reset after the last write; grey: chance",
-    "babilong": "BABILong accuracy (official scorer) against the input's length in bytes, per task: mean over seeds "
-                "with the 95% t interval; dashed: the state reset before the question; grey: label chance",
     "footprint": "Footprint (state numbers per sequence, log) against valid bits per byte",
     "segments": "Bits per byte by segment index within the document",
     "cost": "Evaluation throughput and peak resident memory per method",
@@ -40,10 +36,6 @@ def save_figure(fig, path: Path) -> None:
     plt.close(fig)
 
 
-def has_columns(df: pd.DataFrame, *columns: str) -> bool:
-    return all(c in df.columns and df[c].notna().any() for c in columns)
-
-
 def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
     """Every standard figure that the table has data for, as PNG files in `out`."""
     import matplotlib
@@ -54,12 +46,10 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
         save_figure(footprint_vs_gain(df).figure, paths.setdefault("gain", out / "footprint_vs_gain.png"))
     if has_columns(df, "bpb_by_segment") and (df["method"] == "local").any() and df["method"].nunique() > 1:
         save_figure(gain_by_segment(df).figure, paths.setdefault("gain_segments", out / "gain_by_segment.png"))
-    if is_distance_table(df):
-        save_figure(distance_curves(df), paths.setdefault("distance", out / "distance.png"))
-    elif is_capacity_table(df):
-        save_figure(capacity_curves(df), paths.setdefault("capacity", out / "capacity.png"))
-    if is_babilong_table(df):
-        save_figure(babilong_curves(df), paths.setdefault("babilong", out / "babilong.png"))
+    for name, evaluation in reported(df).items():  # each kind's own figure, where the table holds its rows
+        fig = evaluation.figure.draw(df) if evaluation.figure is not None else None
+        if fig is not None:
+            save_figure(fig, paths.setdefault(name, out / f"{name}.png"))
     if has_columns(df, "valid_bpb", "footprint_measured"):
         ax = footprint_vs_bpb(df)
         save_figure(ax.figure, paths.setdefault("footprint", out / "footprint_vs_bpb.png"))
@@ -84,11 +74,6 @@ def draw_figures(df: pd.DataFrame, out: Path) -> dict[str, Path]:
     axes = cost_vs_length(df)
     if axes is not None:
         save_figure(axes[0].figure, paths.setdefault("length_cost", out / "cost_vs_length.png"))
-    for name, evaluation in evaluations().items():  # each registered kind's own figure, where it has rows
-        if evaluation.figure is not None and f"{name}_json" in df.columns:
-            fig = evaluation.figure.draw(df)
-            if fig is not None:
-                save_figure(fig, paths.setdefault(name, out / f"{name}.png"))
     return paths
 
 

@@ -20,7 +20,11 @@ same `chance` and `reset_range` (every method and gap) and per method `mean`, it
 
 Measured rows (memzoo.publishing.references.MEASURED) give facts too: `gpu-speed.ROW.ratio` (training
 tokens/s over local's in the same call, "0.31"), `.peak_gb` and `.card`, ROW the method with its options
-("gated-deltanet_compile-default").
+("gated-deltanet_compile-default"); `cpu-cost.VARIANT.speed` (local's median CPU seconds of a training
+window over the variant's, timed in the same rounds, no bytes carried before the window: "0.51"),
+`.speed_BYTES` with BYTES carried before it ("speed_3072"), `.seconds` and `.seconds_BYTES` (the median CPU
+seconds of the window), VARIANT the suite's label slugged ("xl_mem_len-33"); and `cpu-cost.machine`,
+`cpu-cost.rounds`, `cpu-cost.threads`, `cpu-cost.date`.
 """
 from __future__ import annotations
 
@@ -35,7 +39,9 @@ from memzoo.analysis.beyond_window import CEILING, band_table, ceiling_check, cl
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
 from memzoo.publishing.references import HOURS, MEASURED, load_index, load_measured, load_references
-from memzoo.publishing.tables import MINUS, interval, ratio_cell, signed, with_ceiling
+from memzoo.publishing.formats import MINUS, interval, signed
+from memzoo.publishing.shipped import with_ceiling
+from memzoo.publishing.tables import ratio_cell
 
 FACT = re.compile(r"<!-- fact:(?P<name>[a-z0-9.+_-]+) -->(?P<body>.*?)<!-- /fact -->")
 
@@ -201,7 +207,27 @@ def speed_facts(rows: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-MEASURED_FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {"gpu-speed": speed_facts}
+def cpu_cost_facts(rows: pd.DataFrame) -> dict[str, str]:
+    """VARIANT.speed[_BYTES] and VARIANT.seconds[_BYTES] of the measured CPU cost rows (see the module
+    docstring; the reference `local` has seconds only), and the measurement's machine, rounds, threads, date."""
+    out: dict[str, str] = {}
+    if rows.empty:
+        return out
+    for r in rows.to_dict("records"):
+        name, carried = slug(str(r["variant"])), int(r["carried_bytes"])
+        tail = "" if carried == 0 else f"_{carried}"
+        if f"{name}.seconds{tail}" in out:
+            raise ConfigError(f"cpu-cost: two rows of {r['variant']!r} at {carried} carried bytes; one measurement each")
+        out[f"{name}.seconds{tail}"] = f"{float(r['median_s']):.2f}"
+        if r["variant"] != REFERENCE:
+            out[f"{name}.speed{tail}"] = f"{float(r['speed_vs_local']):.2f}"
+    for column in ("machine", "rounds", "threads", "date"):
+        values = sorted({str(v) for v in rows[column]})
+        out[column] = " / ".join(values)
+    return out
+
+
+MEASURED_FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {"gpu-speed": speed_facts, "cpu-cost": cpu_cost_facts}
 
 
 def all_facts(rows: Optional[dict[str, pd.DataFrame]] = None) -> dict[str, str]:

@@ -21,7 +21,8 @@ import pandas as pd
 
 from memzoo.core.config import ConfigError
 from memzoo.publishing.facts import all_facts, render_facts
-from memzoo.publishing.references import load_references, references_dir
+from memzoo.publishing.references import load_rows, rows_path
+from memzoo.publishing.shipped import shipped_rows
 from memzoo.publishing.tables import TABLES
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
@@ -30,8 +31,8 @@ ROWS_KEY = "memzoo-rows"  # the PNG text chunk naming the rows a figure was draw
 
 
 def rows_hash(suite: str) -> str:
-    """SHA-256 of a suite's shipped rows (the parquet file's bytes)."""
-    return hashlib.sha256((references_dir() / f"{suite}.parquet").read_bytes()).hexdigest()
+    """SHA-256 of a suite's shipped rows (the parquet file's bytes; a measurement's CSV file)."""
+    return hashlib.sha256(rows_path(suite).read_bytes()).hexdigest()
 
 
 def rows_stamp(suite: str) -> str:
@@ -61,12 +62,18 @@ def all_tables(rows: Optional[dict[str, pd.DataFrame]] = None) -> dict[str, str]
     """Every generated table, from `rows` (suite -> rows; the shipped rows by default)."""
     rows = rows or {}
     cache: dict[str, pd.DataFrame] = {}
+
+    def load(source: str) -> pd.DataFrame:
+        if source not in cache:
+            cache[source] = rows[source] if source in rows else shipped_rows(source)
+        return cache[source]
+
     out = {}
-    for name, (suite, make) in TABLES.items():
-        if suite not in cache:
-            cache[suite] = rows[suite] if suite in rows else load_references(suite)
-        # a suite declared but not yet run: say so in the page instead of failing every table
-        out[name] = make(cache[suite]) if not cache[suite].empty else f"No rows of `{suite}` are shipped yet.\n"
+    for name, (source, make) in TABLES.items():
+        if isinstance(source, tuple):  # a table of several sources: each says where it has no row
+            out[name] = make({s: load(s) for s in source})
+        else:  # a suite declared but not yet run: say so in the page instead of failing every table
+            out[name] = make(load(source)) if not load(source).empty else f"No rows of `{source}` are shipped yet.\n"
     return out
 
 
@@ -102,7 +109,7 @@ FIGURES: dict[str, str] = {
     "quick/bpb_by_segment.png": "quick", "quick/cost.png": "quick", "quick/gates.png": "quick",
     "capacity/capacity.png": "capacity-top", "distance/distance.png": "distance",
     "lm-stream/memory_vs_state.png": "lm-stream", "lm-stream-gpu/memory_vs_state.png": "lm-stream-gpu",
-    "lm-window/beyond_window.png": "lm-window",
+    "lm-window/beyond_window.png": "lm-window", "cpu-cost/speed.png": "cpu-cost",
 }
 
 
@@ -110,8 +117,9 @@ def _draws() -> dict[str, Callable]:
     """docs-relative path -> (rows -> matplotlib figure)."""
     from memzoo import analysis as a
     from memzoo.analysis.beyond_window import beyond_window_figure
+    from memzoo.analysis.cpu_cost import cpu_cost_figure
     from memzoo.analysis.distance import common_gaps_only
-    from memzoo.publishing.tables import with_ceiling
+    from memzoo.publishing.shipped import with_ceiling
 
     return {
         "quick/footprint_vs_gain.png": _quick(a.footprint_vs_gain),
@@ -125,6 +133,7 @@ def _draws() -> dict[str, Callable]:
         "lm-stream/memory_vs_state.png": _quick(a.memory_vs_state),
         "lm-stream-gpu/memory_vs_state.png": _quick(a.memory_vs_state),
         "lm-window/beyond_window.png": lambda rows: beyond_window_figure(with_ceiling(rows)),
+        "cpu-cost/speed.png": cpu_cost_figure,
     }
 
 
@@ -181,7 +190,7 @@ def draw_figures(docs: Path, only: Optional[list[str]] = None) -> list[Path]:
         if only and rel not in only:
             continue
         suite = FIGURES[rel]
-        fig = draw(load_references(suite))
+        fig = draw(load_rows(suite))
         if fig is None:
             continue
         path = docs / rel

@@ -61,15 +61,30 @@ def load_references(suite: str) -> pd.DataFrame:
     return pd.read_parquet(path) if path.is_file() else pd.DataFrame()
 
 
-MEASURED = ("gpu-speed",)  # device measurements shipped as CSV rows (benchmarks/gpu/gpu.py), not suite runs
+# Device measurements shipped as CSV rows, not suite runs: 'gpu-speed' (benchmarks/gpu/gpu.py) and 'cpu-cost'
+# (benchmarks/speed/cpu_cost.py: one training window of every lm-window variant on the CPU, memzoo.suites.cpu_cost).
+MEASURED = ("gpu-speed", "cpu-cost")
+
+
+def rows_path(name: str) -> Path:
+    """The shipped file of a suite's rows (NAME.parquet) or of a measurement (NAME.csv)."""
+    return references_dir() / (f"{name}.csv" if name in MEASURED else f"{name}.parquet")
 
 
 def load_measured(name: str) -> pd.DataFrame:
     """Shipped device measurements (memzoo/references/NAME.csv), e.g. 'gpu-speed': training tokens/s per
-    method at the paper-gpu backbone, each with the ratio to `local` measured in the same call."""
+    method at the paper-gpu backbone, each with the ratio to `local` measured in the same call; 'cpu-cost':
+    CPU seconds of one training window per variant of a suite, with its speed against `local` timed in
+    the same rounds (an empty table while none are shipped)."""
     if name not in MEASURED:
         raise ConfigError(f"no shipped measurements {name!r}; expected one of {MEASURED}")
-    return pd.read_csv(references_dir() / f"{name}.csv", keep_default_na=False)
+    path = rows_path(name)
+    return pd.read_csv(path, keep_default_na=False) if path.is_file() else pd.DataFrame()
+
+
+def load_rows(name: str) -> pd.DataFrame:
+    """The shipped rows of a suite or a measurement (memzoo figures draws from either)."""
+    return load_measured(name) if name in MEASURED else load_references(name)
 
 
 def suite_hashes(suite: str, methods: Optional[list[str]] = None) -> dict[str, str]:

@@ -24,7 +24,7 @@ from memzoo.evaluations.registry import Score, end_of_training, get_evaluation
 from memzoo.runs.configure import load_config
 from memzoo.suites.compare import load_suite, run_suite
 from memzoo.publishing.references import SHIPPED_SUITES, hours_label, load_index, load_references, memzoo_version, training_hours
-from memzoo.publishing.cells import table_md
+from memzoo.analysis.cells import table_md
 from memzoo.publishing.report import write_report
 
 def suite_score(suite_name: str, overrides: Optional[list[str]] = None) -> Score:

@@ -6,7 +6,7 @@ and at most 8 columns, so it fits the page.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -17,36 +17,12 @@ from memzoo.analysis.beyond_window import band_table, window_summary
 from memzoo.analysis.distance import common_gaps_only
 from memzoo.analysis.bpb import CEILING, NO_HEADROOM
 from memzoo.analysis.stats import REFERENCE
-from memzoo.publishing.references import load_references
+from memzoo.publishing.cpu_cost import cpu_cost_md
+from memzoo.publishing.formats import MINUS, interval, markdown, seeds_of
+from memzoo.publishing.overview import OVERVIEW_SOURCES, overview_table
+from memzoo.publishing.shipped import with_ceiling
 
-MINUS = "−"
 DISTANCE_GAPS = (8, 16, 64, 256, 1024, 4096)  # the gaps the distance table shows (segments)
-
-
-def signed(x: float, digits: int = 3) -> str:
-    """+0.123 / −0.123 with a typographic minus."""
-    return f"{'+' if x >= 0 else MINUS}{abs(x):.{digits}f}"
-
-
-def interval(mean: float, half: float, digits: int = 3, sign: bool = False) -> str:
-    """"mean ± half" ("mean" alone where the interval is undefined)."""
-    text = signed(mean, digits) if sign else f"{mean:.{digits}f}"
-    return text if half != half else f"{text} ± {half:.{digits}f}"
-
-
-def seeds_of(rows: pd.DataFrame) -> str:
-    """The seeds a table row is over: "0, 1, 2"."""
-    return ", ".join(str(int(s)) for s in sorted(rows["seed"].unique()))
-
-
-def markdown(header: Sequence[str], rows: list[Sequence[str]], right: Sequence[int] = ()) -> str:
-    """A pipe table; columns in `right` are right-aligned (numbers of one kind)."""
-    if len(header) > 8:
-        raise ValueError(f"a table of {len(header)} columns ({list(header)}): at most 8 fit the page; split it")
-    align = ["---:" if i in right else "---" for i in range(len(header))]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
 
 
 def grid_label(rows: pd.DataFrame) -> str:
@@ -171,19 +147,6 @@ def ratio_cell(row: pd.Series, name: str) -> str:
     return f"{value:.2f} ({status})".replace("-", MINUS) if value is not None and value == value else str(status)
 
 
-def with_ceiling(rows: pd.DataFrame, source: str = "lm-stream") -> pd.DataFrame:
-    """The window suite's rows with `full`'s: its own where it has them, else `source`'s shipped rows at
-    the same seeds (full opts out of the window, so its run there is the same computation; marked in
-    `ceiling_from`), given the rows' span so that they compare with the window floor."""
-    if (rows["method"] == CEILING).any() or rows.empty:
-        return rows.assign(ceiling_from="own")
-    full = load_references(source)
-    full = full[(full["method"] == CEILING) & full["seed"].isin(rows["seed"].unique())]
-    span = int(rows["attention_span"].iloc[0])
-    return pd.concat([rows.assign(ceiling_from="own"), full.assign(attention_span=span, ceiling_from=source)],
-                     ignore_index=True)
-
-
 def lm_window_table(rows: pd.DataFrame) -> str:
     """What a memory carries beyond the window: per variant, its memory's state, the paired difference
     from the window floor on segments >= 1 (`*`: after Holm) and on beyond-window copyable bytes (bytes
@@ -230,8 +193,10 @@ def lm_window_bands(rows: pd.DataFrame) -> str:
     return markdown(["method", "seeds", *(f"bytes {b}" if c.startswith("band") else b for c, b in BANDS.items())], out)
 
 
-# generated-block name -> (shipped suite, the function that writes its table)
-TABLES: dict[str, tuple[str, Callable[[pd.DataFrame], str]]] = {
+# generated-block name -> (its shipped source, or sources, and the function that writes its table from
+# their rows: one source's rows, or source -> rows)
+TABLES: dict[str, tuple[str | tuple[str, ...], Callable]] = {
+    "overview": (OVERVIEW_SOURCES, overview_table),
     "quick-table": ("quick", quick_table),
     "lm-window-table": ("lm-window", lm_window_table),
     "lm-window-bands": ("lm-window", lm_window_bands),
@@ -241,4 +206,5 @@ TABLES: dict[str, tuple[str, Callable[[pd.DataFrame], str]]] = {
     "capacity-table": ("capacity-top", capacity_md),
     "distance-table": ("distance", distance_md),
     "distance-reach": ("distance", distance_reach_md),
+    "cpu-cost-table": ("cpu-cost", cpu_cost_md),
 }

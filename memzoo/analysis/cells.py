@@ -1,5 +1,6 @@
-"""A results table as the report prints it: each cell formatted for its column, intervals as
-"mean ± half", paired tests as "vs local" / "vs best" cells, and the table as Markdown."""
+"""A results table as a report prints it: each cell formatted for its column, intervals as
+"mean ± half", paired tests as "vs local" / "vs best" cells, and the table as Markdown. Below the
+evaluations, so that each evaluation kind prints its own report section (memzoo.evaluations.reporting)."""
 from __future__ import annotations
 
 import math
@@ -14,6 +15,11 @@ _INTEGER = {"params", "footprint", "footprint_measured", "footprint_analytic", "
             "peak_rss_mb", "tokens_per_s", "train_tokens_per_s", "length", "pairs", "gap_segments", "d_model",
             "recall_queries", "rows_in_batch", "n_reset", "correct", "heads", "trained_gap", "rewrites", "seeds"}
 _INTEGER_PREFIXES = ("rss_mb_", "tokens_per_s_", "grid_", "state_at_", "gap_at_")
+
+
+def has_columns(df: pd.DataFrame, *columns: str) -> bool:
+    """Whether every column is in the table with at least one value."""
+    return all(c in df.columns and df[c].notna().any() for c in columns)
 
 
 def format_value(column: str, value) -> str:
