@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -28,9 +27,9 @@ from omegaconf import OmegaConf
 
 from memzoo.core.config import ModelConfig
 from memzoo.core.losses import token_nll
-from memzoo.core.model import MemoryModel, is_memory_name
+from memzoo.core.model import MemoryModel
 from memzoo.data.copy_reads import PRINTABLE, CopyReads
-from memzoo.training.backbones import backbone_config, backbone_hash, shipped_dir, shipped_index
+from memzoo.training.backbones import shipped_dir, write_backbone
 
 ROW = 128  # bytes a row: one segment
 
@@ -90,20 +89,11 @@ def train(steps: int, lr: float, lo: int, hi: int, batch: int, ckpt: Path) -> Me
 
 def ship(ckpt: Path, name: str, cost: str, dest: Path) -> Path:
     """Write the checkpoint's backbone weights as shipped backbone `name`, with its index record."""
-    import json
-
     state = torch.load(ckpt, weights_only=False)
-    weights = {k: v.clone() for k, v in state["model"].items() if not is_memory_name(k)}
-    cfg = ModelConfig(d_model=128, n_layers=4, n_heads=4, segment_len=ROW)
-    model_cfg = OmegaConf.structured(cfg)
-    torch.save(weights, dest / f"{name}.pt")
-    index = shipped_index(dest)
-    index[name] = {"file": f"{name}.pt", "model_hash": backbone_hash(model_cfg), "model": backbone_config(model_cfg),
-                   "method": "full", "seed": 0, "steps": int(state["step"]), "batch_size": 32, "window_segments": 1,
-                   "data": "copy rows (random printable strings, period 8..48)", "python": platform.python_version(),
-                   "cost": cost}
-    (dest / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
-    return dest / f"{name}.pt"
+    model_cfg = OmegaConf.structured(ModelConfig(d_model=128, n_layers=4, n_heads=4, segment_len=ROW))
+    return write_backbone(state["model"], name, model_cfg, dest, {
+        "method": "full", "seed": 0, "steps": int(state["step"]), "batch_size": 32, "window_segments": 1,
+        "data": "copy rows (random printable strings, period 8..48)", "cost": cost})
 
 
 def main() -> None:

@@ -81,14 +81,22 @@ def ship_backbone(run_dir: Path, name: str, cost: str, dest: Optional[Path] = No
     dest = dest or shipped_dir()
     cfg = saved_run_config(run_dir)
     ckpt = load_checkpoint(run_dir)
-    weights = {k: v.clone() for k, v in ckpt["model"].items() if not is_memory_name(k)}
+    return write_backbone(ckpt["model"], name, cfg.model, dest, {
+        "method": str(cfg.memory.name), "seed": int(cfg.seed), "steps": int(ckpt["step"]),
+        "batch_size": int(cfg.train.batch_size), "window_segments": int(cfg.train.window_segments),
+        "data": str(cfg.data.source), "cost": cost})
+
+
+def write_backbone(state: dict[str, torch.Tensor], name: str, model_cfg: DictConfig, dest: Path,
+                   record: dict[str, Any]) -> Path:
+    """Ship a model state's backbone weights (memory weights left out) as `name` in `dest`, with its index
+    record: `record` (how it was trained, at what cost) plus the file, the model config and its hash."""
+    weights = {k: v.clone() for k, v in state.items() if not is_memory_name(k)}
     dest.mkdir(parents=True, exist_ok=True)
     torch.save(weights, dest / f"{name}.pt")
     index = shipped_index(dest)
-    index[name] = {"file": f"{name}.pt", "model_hash": backbone_hash(cfg.model), "model": backbone_config(cfg.model),
-                   "method": str(cfg.memory.name), "seed": int(cfg.seed), "steps": int(ckpt["step"]),
-                   "batch_size": int(cfg.train.batch_size), "window_segments": int(cfg.train.window_segments),
-                   "data": str(cfg.data.source), "python": platform.python_version(), "cost": cost}
+    index[name] = {"file": f"{name}.pt", "model_hash": backbone_hash(model_cfg), "model": backbone_config(model_cfg),
+                   "python": platform.python_version(), **record}
     (dest / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     return dest / f"{name}.pt"
 
