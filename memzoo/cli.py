@@ -196,6 +196,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 130
 
 
+def command() -> int:
+    """The `memzoo` command as installed: `main`, with SIGTERM stopping it as Ctrl-C does (a suite's
+    workers are told too), so a `kill` or a scheduler's stop keeps checkpoints and releases locks."""
+    from memzoo.core.interrupt import raise_on_sigterm
+
+    raise_on_sigterm()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command())
 

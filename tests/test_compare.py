@@ -135,6 +135,40 @@ def test_killed_suite_resumes_without_losing_or_changing_results(tmp_path: Path)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_sigterm_to_the_suite_alone_stops_its_worker_with_the_checkpoint_kept_and_the_lock_released(tmp_path: Path) -> None:
+    """A `kill` of the suite's process (not its group, as a scheduler or `kill PID` sends it) stops it
+    as Ctrl-C does: its worker stops too (no orphan trains on), the run keeps its checkpoint and no
+    lock is left; before, the worker trained the run to its end after the suite had gone."""
+    path = write_suite(tmp_path, """
+        methods: [local]
+        token_budget: 12800000   # 100,000 steps: never finished here
+        jobs: 1
+    """)
+    run = tmp_path / "results" / "tiny" / "runs" / "local-s0"
+    proc = subprocess.Popen([sys.executable, "-m", "memzoo", "compare", str(path), "--no-report"], cwd=tmp_path,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    try:
+        while not (run / "checkpoint.pt").is_file():
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.time() < deadline, "the run never checkpointed"
+            time.sleep(0.02)
+        worker = json.loads((run / "lock").read_text())["pid"]
+        assert worker != proc.pid
+        os.kill(proc.pid, signal.SIGTERM)  # the suite's process only
+        assert proc.wait(60) == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = proc.stderr.read().decode()
+    assert [line for line in err.splitlines() if line.startswith("memzoo")] == [
+        "memzoo: interrupted; the run folder keeps its last checkpoint (run the same command to resume)"], err[-2000:]
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker, 0)  # the worker has ended with the suite
+    assert not (run / "lock").exists()
+    assert load_checkpoint(run)["step"] >= 1
+
+
 PLUGIN = '''
 from dataclasses import dataclass
 import torch

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import signal
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,6 +22,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from memzoo.core.config import run_schema, to_yaml
+from memzoo.core.interrupt import Terminated
 from memzoo.core.overrides import merge_checked
 from memzoo.runs.configure import resolve
 from memzoo.runs.disk import DiskFullError, atomic_text, disk_full, is_disk_full, writing
@@ -208,7 +210,9 @@ def _run_local(suite: DictConfig, root: Path, specs: list[RunSpec], todo: list[R
                     full = full or str(err)
                 bar.run_finished(spec.name, spec.name not in failures)
             bar.update(finished_steps, {s.name: (_progress_of(s.run_dir), s.steps) for s in futures.values()})
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, Terminated):  # only this process was signalled: its workers are told as by Ctrl-C
+            interrupt_workers(pool)
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     finally:
@@ -216,6 +220,17 @@ def _run_local(suite: DictConfig, root: Path, specs: list[RunSpec], todo: list[R
         pool.shutdown(wait=True, cancel_futures=True)
     left = len(queue)  # not started: the suite stopped for a full disk
     return _finish(root, specs, failures, full, left)
+
+
+def interrupt_workers(pool: cf.ProcessPoolExecutor) -> None:
+    """SIGINT to every live worker of the pool: each run stops as on Ctrl-C, its checkpoint kept and
+    its lock released, instead of training on as an orphan after the suite has stopped."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive() and process.pid:
+            try:
+                os.kill(process.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
 
 
 FULL = f"{DiskFullError.__name__}: "  # how a run that failed for a full disk is listed (a job's log too)
