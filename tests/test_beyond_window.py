@@ -100,3 +100,33 @@ def test_variant_labels_read_whole_grid_values_without_a_decimal_point() -> None
     df = pd.DataFrame({"method": ["xl", "xl", "local", "m", "m"], "grid_mem_len": [128.0, 33.0, None, None, None],
                        "grid_decay": [None, None, None, 0.5, 0.25]})
     assert variant_labels(df).tolist() == ["xl mem_len=128", "xl mem_len=33", "local", "m decay=0.5", "m decay=0.25"]
+
+
+def test_headroom_on_beyond_window_copyable_bytes_by_hand() -> None:
+    """full's beyond-window bytes per seed (0.5 + 0.1 s + 1.5) / 2 against the floor's (1.0 + 0.1 s + 2.0) / 2:
+    a gap of 0.5 every seed; m's (0.8 + 0.1 s + 1.9) / 2 recovers 0.15 of it: 0.3. Where full's rows carry
+    no copy classes (borrowed rows), there is no such headroom."""
+    data = rows()
+    data["bits_by_doc_copy_beyond"] = [[0.5 + 0.1 * s, 1.5] if m == "full" else b
+                                       for m, s, b in zip(data["method"], data["seed"], data["bits_by_doc_copy_beyond"])]
+    table = headroom_table(data).set_index("variant")
+    assert table.loc["m", "headroom_beyond"] == pytest.approx(0.3) and table.loc["m", "headroom_beyond_status"] == "bounded"
+    assert table.loc["full", "headroom_beyond"] == pytest.approx(1.0)
+    assert table.loc["m", "headroom"] == pytest.approx(0.5)  # segments >= 1 unchanged
+    data.loc[data["method"] == "full", "bits_by_doc_copy_beyond"] = None
+    assert "headroom_beyond" not in headroom_table(data).columns
+
+
+def test_the_headline_table_gives_headroom_on_both_byte_classes() -> None:
+    """The headline rows for the hand-made suite: m recovers 0.5 on segments >= 1 and 0.3 on beyond-window
+    copyable bytes (no spread over seeds there: the interval is the point); the floor is named."""
+    from memzoo.publishing.tables import headroom_md
+
+    data = rows()
+    data["bits_by_doc_copy_beyond"] = [[0.5 + 0.1 * s, 1.5] if m == "full" else b
+                                       for m, s, b in zip(data["method"], data["seed"], data["bits_by_doc_copy_beyond"])]
+    data["footprint_measured"] = [{"local": 0, "full": 99, "m": 10}[m] for m in data["method"]]
+    lines = {line.split(" | ")[0]: line.split(" | ") for line in headroom_md(data).splitlines()[2:]}
+    assert lines["| `m`"][5].startswith("0.50 [") and lines["| `m`"][6] == "0.30 [0.30, 0.30] |"
+    assert lines["| `local`"][5:] == ["0 (the floor)", "0 (the floor) |"]
+    assert lines["| `full`"][3] == "−0.300 ± 0.000 *"

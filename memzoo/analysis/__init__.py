@@ -21,6 +21,8 @@ from memzoo.analysis.longrange import (accuracy_by_key_segment, answer_loss_curv
                                        recall_generalisation)
 from memzoo.analysis.distance import (distance_curves, distance_reach, distance_summary, distance_table,
                                       distance_versus, is_distance_table)
+from memzoo.analysis.copy_distance import (copy_distance_figure, copy_distance_summary, copy_distance_table,
+                                           copy_reach, is_copy_distance_table)
 from memzoo.analysis.babilong import babilong_curves, babilong_summary, babilong_table, is_babilong_table
 from memzoo.analysis.stats import compare_groups, mean_interval, paired_t, ratio_interval, welch_p, wilson_interval
 from memzoo.analysis.bootstrap import bootstrap_versus, paired_bootstrap
@@ -33,4 +35,5 @@ __all__ = ["load_results", "long_by_segment", "summary_table", "footprint_vs_bpb
            "paired_t", "paired_bootstrap", "bootstrap_versus", "accuracy_by_key_segment", "answer_loss_table", "answer_loss_curves",
            "lm_before_after", "gate_summary", "recall_generalisation", "variant_labels", "is_distance_table",
            "distance_table", "distance_summary", "distance_reach", "distance_versus", "distance_curves",
-           "is_babilong_table", "babilong_table", "babilong_summary", "babilong_curves"]
+           "is_babilong_table", "babilong_table", "babilong_summary", "babilong_curves", "copy_distance_table",
+           "copy_distance_summary", "copy_reach", "copy_distance_figure", "is_copy_distance_table"]

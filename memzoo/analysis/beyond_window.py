@@ -99,10 +99,15 @@ def band_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def seed_gains(df: pd.DataFrame) -> pd.DataFrame:
-    """Per run: bits per byte on segment 0 and on segments >= 1, with its variant label."""
-    return df.assign(variant=variant_labels(df).to_numpy(),
-                     after=[b / max(t, 1e-12) for b, t in (bits_after(r, 1) for _, r in df.iterrows())],
-                     first=[float(np.asarray(v, float)[0]) for v in df["bpb_by_segment"]])
+    """Per run: bits per byte on segment 0, on segments >= 1 and (where the rows carry copy classes) on
+    beyond-window copyable bytes, with its variant label."""
+    out = df.assign(variant=variant_labels(df).to_numpy(),
+                    after=[b / max(t, 1e-12) for b, t in (bits_after(r, 1) for _, r in df.iterrows())],
+                    first=[float(np.asarray(v, float)[0]) for v in df["bpb_by_segment"]])
+    if "bits_by_doc_copy_beyond" in df.columns:
+        out["beyond"] = [run_bpb(r, "copy_beyond") if isinstance(r["bits_by_doc_copy_beyond"], (list, np.ndarray))
+                         else float("nan") for _, r in df.iterrows()]
+    return out
 
 
 def ceiling_check(df: pd.DataFrame, tol: float = 0.01) -> dict[str, object]:
@@ -127,7 +132,9 @@ def headroom_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per variant: headroom recovered on segments >= 1, (floor - variant) / (floor - full) paired by
     seed with Fieller's 95% interval, beside the segment-0-corrected headroom, where each difference
     has its segment-0 difference taken off first: what the weights' drift from fine-tuning (visible
-    before any memory or context is read) would otherwise add to what the memory carries."""
+    before any memory or context is read) would otherwise add to what the memory carries; and, where
+    the rows carry copy classes, headroom recovered on beyond-window copyable bytes (`headroom_beyond`:
+    the bytes only a memory, or `full`, can copy)."""
     data = seed_gains(df)
     floor, full = data[data["method"] == REFERENCE], data[data["method"] == CEILING]
     if floor.empty or full.empty:
@@ -135,13 +142,21 @@ def headroom_table(df: pd.DataFrame) -> pd.DataFrame:
     f_after, f_first = per_seed(floor["after"], floor["seed"]), per_seed(floor["first"], floor["seed"])
     gap = f_after - per_seed(full["after"], full["seed"])
     gap0 = gap - (f_first - per_seed(full["first"], full["seed"]))
+    beyond = "beyond" in data.columns and bool(full["beyond"].notna().any())
+    if beyond:
+        f_beyond = per_seed(floor["beyond"], floor["seed"])
+        gap_b = f_beyond - per_seed(full["beyond"], full["seed"])
     rows = []
     for variant, sub in data.groupby("variant", sort=False):
         gain = f_after - per_seed(sub["after"], sub["seed"])
         gain0 = gain - (f_first - per_seed(sub["first"], sub["seed"]))
         seeds = gain.dropna().index.intersection(gap.dropna().index)
         row = {"variant": variant, "method": sub["method"].iloc[0], "runs": len(sub)}
-        for name, g, h in (("headroom", gain, gap), ("headroom_corrected", gain0, gap0)):
+        estimates = [("headroom", gain, gap, seeds), ("headroom_corrected", gain0, gap0, seeds)]
+        if beyond:
+            gain_b = f_beyond - per_seed(sub["beyond"], sub["seed"])
+            estimates.append(("headroom_beyond", gain_b, gap_b, gain_b.dropna().index.intersection(gap_b.dropna().index)))
+        for name, g, h, seeds in estimates:
             est = ratio_interval(g[seeds].to_numpy(), h[seeds].to_numpy()) if len(seeds) else None
             if est is not None and est.status != "undefined" and float(h[seeds].mean()) < 0:
                 est = RatioEstimate(None, None, None, NO_HEADROOM)  # full above the floor: nothing to recover
@@ -232,5 +247,51 @@ def beyond_window_figure(df: pd.DataFrame):
     right.set_xlabel("memory state (numbers per sequence, log; equal states offset)")
     right.set_ylabel("− floor, beyond-window copyable bytes")
     left.legend(*ordered_legend(left), fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def headroom_figure(df: pd.DataFrame):
+    """The headline: each memory's state (log axis) against the headroom it recovers, (floor - memory) /
+    (floor - full), with its Fieller 95% interval over seeds; the floor at 0 and the ceiling at 1, the
+    Pareto front stepped; left on segments >= 1, right on beyond-window copyable bytes. A memory whose
+    interval is unbounded is drawn at its estimate without bars (said in the legend)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    from memzoo.analysis.capacity import pareto_front
+    from memzoo.analysis.palette import colour, marker, ordered_legend, spread
+
+    summary = window_summary(df)
+    memories = summary[~summary["method"].isin([REFERENCE, CEILING])].copy()
+    memories["state"] = memories["state"].clip(lower=1).astype(float)
+    moved = spread({v: [s] for v, s in zip(memories["variant"], memories["state"])})
+    panels = [("headroom", "segments ≥ 1")] + ([("headroom_beyond", "beyond-window copyable bytes")]
+                                                if "headroom_beyond" in memories.columns else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4), squeeze=False)
+    for ax, (name, title) in zip(axes[0], panels):
+        for _, r in memories.iterrows():
+            v, value = r["variant"], r.get(name)
+            if value is None or value != value:
+                continue
+            bounded = r.get(f"{name}_status") == "bounded"
+            err = [[value - r[f"{name}_lo"]], [r[f"{name}_hi"] - value]] if bounded else None
+            ax.errorbar(moved[v], [value], yerr=err, marker=marker(v), color=colour(v), capsize=3, ls="none",
+                        label=v if bounded else f"{v} (interval unbounded)")
+        placed = memories.assign(state=[moved[v][0] for v in memories["variant"]]).dropna(subset=[name])
+        front = pareto_front(placed, "state", name)
+        if len(front):
+            ax.step(front["state"], front[name], where="post", color="black", lw=0.8, alpha=0.6, label="Pareto front")
+        ax.axhline(0, color="grey", lw=0.8, ls="--")
+        ax.axhline(1, color="grey", lw=0.8, ls=":")
+        ax.text(0.99, 0.02, "floor", color="grey", fontsize=7, ha="right", transform=ax.get_yaxis_transform())
+        ax.text(0.99, 0.98, "full (ceiling)", color="grey", fontsize=7, ha="right", va="top",
+                transform=ax.get_yaxis_transform())
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("memory state (numbers per sequence, log; equal states offset)")
+        ax.set_ylabel("headroom recovered (0 floor, 1 full)")
+        ax.set_title(title)
+    axes[0][0].legend(*ordered_legend(axes[0][0]), fontsize=7)
     fig.tight_layout()
     return fig

@@ -19,6 +19,7 @@ from memzoo.core.config import ConfigError
 
 # The modules of memzoo's own evaluations, imported on first use of the registry (the registry line).
 BUILT_IN = ("memzoo.evaluations.lm", "memzoo.evaluations.longrange", "memzoo.evaluations.distance", "memzoo.evaluations.babilong",
+            "memzoo.evaluations.copy_distance",
             "memzoo.evaluations.capacity")
 
 Row = dict[str, Any]

@@ -11,6 +11,7 @@ import pandas as pd
 from memzoo.analysis.babilong import babilong_summary
 from memzoo.analysis.bpb import headroom_recovered, memory_ablation, memory_gain, summary_table
 from memzoo.analysis.capacity import capacity_table, capacity_thresholds
+from memzoo.analysis.copy_distance import copy_distance_summary
 from memzoo.analysis.cells import bootstrap_cell, display, format_value, has_columns, versus_cell
 from memzoo.analysis.distance import distance_reach, distance_summary, distance_versus
 from memzoo.analysis.longrange import PASSKEY_INTERVAL, accuracy_by_key_segment, recall_generalisation
@@ -266,3 +267,26 @@ def babilong_sections(df: pd.DataFrame) -> Sections:
     table = babilong_summary(df).drop(columns=["length"]).rename(columns={"length_bytes": "length"})
     return [("BABILong accuracy by task and input length (mean ± 95% t over seeds)",
              display(table, {"accuracy": ("accuracy", "accuracy_ci"), "reset": ("reset", "reset_ci")}))]
+
+
+def copy_distance_notes(df: pd.DataFrame) -> list[str]:
+    return ["copy-distance: a chunk, other held-out text, then the chunk again `distance` bytes after the first, "
+            "streamed with the state carried (memzoo.evaluations.copy_distance); bits per byte on the second "
+            "copy, mean ± 95% t over seeds; first copy: its mean over every distance (nothing but copying "
+            "improves on it); memory reset: the same rows with every memory forgotten before each segment "
+            "and the window kept."]
+
+
+def copy_distance_sections(df: pd.DataFrame) -> Sections:
+    """Second-copy bits against distance per variant: random chunks, held-out text, and each with the
+    memory ablation where measured."""
+    out = []
+    for kind, what in (("random", "random printable chunks (only copying predicts them)"),
+                       ("text", "held-out text chunks")):
+        for reset in (False, True):
+            table = copy_distance_summary(df, kind, reset)
+            if not table.empty:
+                arm = ", every memory forgotten before each segment (the window kept)" if reset else ""
+                out.append((f"Copying at distance, {what}{arm}: bits per byte on the second copy by distance "
+                            "in bytes", table))
+    return out
