@@ -105,14 +105,17 @@ def test_readme_prose_stays_short_and_its_lines_too() -> None:
 
 
 def test_a_newcomer_meets_the_commands_the_figure_and_the_overview_before_any_reading() -> None:
-    """In order: the two set-up commands, the headline figure and the overview table (the README's one
-    generated block, also on docs/results.md), then how to register a memory; no other results table."""
+    """In order: the two set-up commands, the headline figure (headroom recovered against state) and its
+    table, the overview table (also on docs/results.md), then how to register a memory; no other
+    results table."""
     text = README.read_text()
     at = {name: text.index(marker) for name, marker in (
         ("install", "pip install . && memzoo compare"), ("tests", 'pip install ".[dev,docs]" && pytest -q'),
-        ("figure", "![") , ("overview", "<!-- generated:overview -->"), ("register", "## Register a memory"))}
+        ("figure", "](docs/lm-window-copy/headroom.png)"), ("headline", "<!-- generated:lm-window-copy-table -->"),
+        ("overview", "<!-- generated:overview -->"), ("register", "## Register a memory"))}
     assert list(at) == sorted(at, key=at.get), at
-    assert re.findall(r"<!-- generated:([a-z0-9-]+) -->", text) == ["overview"]
+    assert re.search(r"!\[[^\]]*\]\(([^)]+)\)", text).group(1) == "docs/lm-window-copy/headroom.png", "a figure before the headline"
+    assert re.findall(r"<!-- generated:([a-z0-9-]+) -->", text) == ["lm-window-copy-table", "overview"]
     assert "<!-- generated:overview -->" in (ROOT / "docs" / "results.md").read_text()
     before = text[:at["register"]]
     assert len(prose_words(before)) < 500, "the way to the overview is a reading long"

@@ -123,7 +123,8 @@ def test_the_scorecard_has_a_metric_for_every_shipped_suite_from_its_evaluations
     recall, distance by recall past its trained gaps; a name no kind declares is an error listing them."""
     scores = {suite: suite_score(suite) for suite in SHIPPED_SUITES}
     assert {s: (v.name, v.higher_is_better) for s, v in scores.items()} == {
-        "lm-window": ("bpb_after_segment_0", False), "lm-stream": ("bpb_after_segment_0", False),
+        "lm-window": ("bpb_after_segment_0", False), "lm-window-copy": ("bpb_after_segment_0", False),
+        "lm-stream": ("bpb_after_segment_0", False),
         "lm-stream-sotu": ("bpb_after_segment_0", False), "lm-stream-gpu": ("bpb_after_segment_0", False),
         "quick": ("valid_bpb", False), "capacity-top": ("recall_accuracy", True),
         "distance": ("recall_past_training", True)}

@@ -35,6 +35,7 @@ import pandas as pd
 
 from memzoo.analysis import (capacity_table, distance_summary, headroom_recovered, memory_ablation, memory_gain,
                              range_differences, summary_table)
+from memzoo.analysis.copy_distance import copy_distance_long, copy_reach, is_copy_distance_table
 from memzoo.analysis.beyond_window import CEILING, band_table, ceiling_check, class_keys, seed_gains, window_summary
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
@@ -131,8 +132,8 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
                 out[f"{name}.{q}"], out[f"{name}.{q}_mean"] = quantities(r[q], r[f"{q}_ci"])
         out[f"{name}.sig_after"] = "after Holm" if r["sig_after"] else "not after Holm"
         out[f"{name}.p_after"] = f"{r['after_p']:.3f}"  # the paired t-test's p, before Holm
-        for q in ("headroom", "headroom_corrected"):
-            if f"{q}_status" in r:
+        for q in ("headroom", "headroom_corrected", "headroom_beyond"):
+            if f"{q}_status" in r and isinstance(r[f"{q}_status"], str):
                 out[f"{name}.{q}"] = ratio_cell(r, q)
     bands = band_table(rows) if class_keys(rows) else pd.DataFrame(columns=["method", "class"])
     none = bands[(bands["method"] != REFERENCE) & (bands["class"] == "copy_none")].dropna(subset=["diff_vs_floor"])
@@ -153,6 +154,26 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
     floor = seed_gains(rows[rows["method"] == REFERENCE])
     d = paired_differences(per_seed(floor["after"], floor["seed"]), per_seed(block["after"], block["seed"]))
     out["floor.vs_block_local"], out["floor.vs_block_local_mean"] = quantities(*paired_t(d)[:2])
+    return out
+
+
+def copy_facts(rows: pd.DataFrame) -> dict[str, str]:
+    """VARIANT.copy_KIND_D (second-copy bits per byte at distance D, mean over seeds, "0.42"),
+    VARIANT.copy_reset_KIND_D (the same with every memory forgotten before each segment),
+    VARIANT.copies_KIND_up_to (the largest distance up to which every second copy costs under half the
+    first) and `copy.first_KIND` (the first copy's mean over every run and distance)."""
+    if not is_copy_distance_table(rows):
+        return {}
+    out: dict[str, str] = {}
+    for kind in ("random", "text"):
+        for reset, tag in ((False, "copy"), (True, "copy_reset")):
+            for _, r in copy_distance_long(rows, kind, reset).iterrows():
+                out[f"{slug(r['variant'])}.{tag}_{kind}_{int(r['distance'])}"] = f"{r['second']:.2f}"
+        for variant, upto in copy_reach(rows, kind).items():
+            out[f"{slug(variant)}.copies_{kind}_up_to"] = f"{upto:,}" if upto else "none"
+        long = copy_distance_long(rows, kind)
+        if len(long):
+            out[f"copy.first_{kind}"] = f"{long['first'].mean():.2f}"
     return out
 
 
@@ -186,6 +207,7 @@ FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {
     "lm-stream-sotu": bpb_facts,
     "lm-stream-gpu": bpb_facts,
     "lm-window": window_facts,
+    "lm-window-copy": lambda rows: window_facts(rows) | copy_facts(rows),
     "capacity-top": recall_facts,
     "distance": distance_facts,
 }

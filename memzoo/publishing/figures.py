@@ -110,13 +110,16 @@ FIGURES: dict[str, str] = {
     "capacity/capacity.png": "capacity-top", "distance/distance.png": "distance",
     "lm-stream/memory_vs_state.png": "lm-stream", "lm-stream-gpu/memory_vs_state.png": "lm-stream-gpu",
     "lm-window/beyond_window.png": "lm-window", "cpu-cost/speed.png": "cpu-cost",
+    "lm-window-copy/headroom.png": "lm-window-copy", "lm-window-copy/copy_distance.png": "lm-window-copy",
+    "lm-window-copy/beyond_window.png": "lm-window-copy",
 }
 
 
 def _draws() -> dict[str, Callable]:
     """docs-relative path -> (rows -> matplotlib figure)."""
     from memzoo import analysis as a
-    from memzoo.analysis.beyond_window import beyond_window_figure
+    from memzoo.analysis.beyond_window import beyond_window_figure, headroom_figure
+    from memzoo.analysis.copy_distance import copy_distance_figure
     from memzoo.analysis.cpu_cost import cpu_cost_figure
     from memzoo.analysis.distance import common_gaps_only
     from memzoo.publishing.shipped import with_ceiling
@@ -134,6 +137,9 @@ def _draws() -> dict[str, Callable]:
         "lm-stream-gpu/memory_vs_state.png": _quick(a.memory_vs_state),
         "lm-window/beyond_window.png": lambda rows: beyond_window_figure(with_ceiling(rows)),
         "cpu-cost/speed.png": cpu_cost_figure,
+        "lm-window-copy/headroom.png": headroom_figure,
+        "lm-window-copy/copy_distance.png": copy_distance_figure,
+        "lm-window-copy/beyond_window.png": beyond_window_figure,
     }
 
 

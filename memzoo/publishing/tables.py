@@ -147,11 +147,15 @@ def ratio_cell(row: pd.Series, name: str) -> str:
     return f"{value:.2f} ({status})".replace("-", MINUS) if value is not None and value == value else str(status)
 
 
-def lm_window_table(rows: pd.DataFrame) -> str:
+def lm_window_table(rows: pd.DataFrame, headroom_only: bool = False) -> str:
     """What a memory carries beyond the window: per variant, its memory's state, the paired difference
     from the window floor on segments >= 1 (`*`: after Holm) and on beyond-window copyable bytes (bytes
     whose 9-gram occurred earlier only beyond the window), what the memory buys (its state forgotten
-    before every segment, the window kept), and headroom recovered raw and segment-0-corrected."""
+    before every segment, the window kept), and headroom recovered raw and segment-0-corrected.
+    `headroom_only`: the headline's columns instead: headroom recovered on segments >= 1 and on
+    beyond-window copyable bytes, the ceiling's own row giving full - floor at segment 0."""
+    if headroom_only:
+        return headroom_md(rows)
     rows = with_ceiling(rows)
     borrowed = rows.loc[rows["method"] == CEILING, "ceiling_from"].iloc[0] if (rows["method"] == CEILING).any() else "own"
     out = []
@@ -173,6 +177,65 @@ def lm_window_table(rows: pd.DataFrame) -> str:
     return markdown(["method", "seeds", "memory's state numbers", "vs window floor, segments ≥ 1",
                      "vs window floor, beyond-window copyable", "memory buys (forgotten − read)",
                      "headroom recovered (raw; segment-0-corrected)"], out, right=[2])
+
+
+def headroom_md(rows: pd.DataFrame) -> str:
+    """The headline table: per variant, its memory's state, the paired difference from the floor on
+    segments >= 1 (`*`: after Holm) and on beyond-window copyable bytes, and headroom recovered on each
+    ((floor - variant) / (floor - full), Fieller 95% over seeds)."""
+    out = []
+    for _, r in window_summary(with_ceiling(rows)).iterrows():
+        floor, ceiling = r["method"] == REFERENCE, r["method"] == CEILING
+        after = "ref" if floor else interval(r["after"], r["after_ci"], sign=True) + (" *" if r["sig_after"] else "")
+        beyond = "ref" if floor else interval(r["beyond"], r["beyond_ci"], sign=True) if "beyond" in r else "not measured"
+        if floor or ceiling:
+            head = ["0 (the floor)"] * 2 if floor else ["1 (the ceiling)"] * 2
+        else:
+            head = [ratio_cell(r, "headroom"), ratio_cell(r, "headroom_beyond") if "headroom_beyond_status" in r else "–"]
+        out.append([f"`{r['variant']}`", ", ".join(map(str, r["seeds"])), f"{r['state']:,}", after, beyond, *head])
+    return markdown(["method", "seeds", "memory's state numbers", "vs floor, segments ≥ 1",
+                     "vs floor, beyond-window copyable", "headroom recovered, segments ≥ 1",
+                     "headroom recovered, beyond-window copyable"], out, right=[2])
+
+
+def lm_window_copy_more(rows: pd.DataFrame) -> str:
+    """The rest of the window table for a suite with its own ceiling: segment 0 against the floor (the
+    ceiling check), what each memory buys (forgotten - read) and the segment-0-corrected headroom."""
+    out = []
+    for _, r in window_summary(with_ceiling(rows)).iterrows():
+        if r["method"] == REFERENCE:
+            continue
+        buys = ("whole document (no window)" if r["method"] == CEILING else
+                "not measured" if r["buys"] != r["buys"] else interval(r["buys"], r["buys_ci"], sign=True))
+        corrected = "1 (the ceiling)" if r["method"] == CEILING else ratio_cell(r, "headroom_corrected")
+        out.append([f"`{r['variant']}`", ", ".join(map(str, r["seeds"])), interval(r["seg0"], r["seg0_ci"], sign=True),
+                    buys, corrected])
+    return markdown(["method", "seeds", "vs floor, segment 0", "memory buys (forgotten − read)",
+                     "headroom, segment-0-corrected"], out)
+
+
+COPY_DISTANCES = (32, 128, 256, 1024, 4000)  # the distances the copy table shows (bytes; the figure has every one)
+
+
+def copy_distance_md(rows: pd.DataFrame) -> str:
+    """Copying at distance per variant: second-copy bits per byte on random chunks by distance (mean ±
+    95% t over seeds), and the first copy's mean; then the same with every memory forgotten."""
+    from memzoo.analysis.copy_distance import copy_distance_summary, is_copy_distance_table
+
+    if not is_copy_distance_table(rows):
+        return "No copy-distance rows are shipped yet.\n"
+    parts = []
+    for kind, reset, title in (("random", False, "random chunks, state carried"),
+                               ("random", True, "random chunks, every memory forgotten before each segment"),
+                               ("text", False, "held-out text chunks, state carried")):
+        table = copy_distance_summary(rows, kind, reset)
+        if table.empty:
+            continue
+        cols = [c for c in table.columns if c not in ("variant", "seeds", "first copy") and int(c) in COPY_DISTANCES]
+        body = [[f"`{r['variant']}`", str(r["seeds"]), r["first copy"], *(r[c] for c in cols)] for _, r in table.iterrows()]
+        parts.append(f"*{title}* (bits per byte on the second copy, by distance in bytes):\n\n" +
+                     markdown(["method", "seeds", "first copy", *cols], body, right=list(range(2, 3 + len(cols)))))
+    return "\n".join(parts)
 
 
 BANDS = {"band_0-7": "0–7", "band_8-15": "8–15", "band_16-31": "16–31", "band_32-63": "32–63", "band_64-127": "64–127",
@@ -200,6 +263,10 @@ TABLES: dict[str, tuple[str | tuple[str, ...], Callable]] = {
     "quick-table": ("quick", quick_table),
     "lm-window-table": ("lm-window", lm_window_table),
     "lm-window-bands": ("lm-window", lm_window_bands),
+    "lm-window-copy-table": ("lm-window-copy", lambda rows: lm_window_table(rows, headroom_only=True)),
+    "lm-window-copy-more": ("lm-window-copy", lm_window_copy_more),
+    "lm-window-copy-bands": ("lm-window-copy", lm_window_bands),
+    "copy-distance-table": ("lm-window-copy", copy_distance_md),
     "lm-stream-table": ("lm-stream", lm_stream_table),
     "lm-stream-sotu-table": ("lm-stream-sotu", lm_stream_table),
     "lm-stream-gpu-table": ("lm-stream-gpu", lm_stream_table),
