@@ -28,7 +28,7 @@ from memzoo.core.config import ConfigError
 from memzoo.core.losses import token_nll
 from memzoo.core.model import MemoryModel
 from memzoo.data.copy_reads import PRINTABLE
-from memzoo.evaluations.harness import atomic_json, merge_into_result, trained_run
+from memzoo.evaluations.harness import atomic_json, forget_before_segment, merge_into_result, trained_run
 from memzoo.evaluations.registry import Command, Evaluation, Figure, fmt, names, numbers, register_evaluation
 from memzoo.evaluations.reporting import copy_distance_notes, copy_distance_sections
 from memzoo.analysis.copy_distance import copy_distance_figure, is_copy_distance_table
@@ -84,13 +84,12 @@ def streamed_bits(model: MemoryModel, seq: Tensor, reset_memory: bool = False) -
     n = model.cfg.segment_len
     b, t = seq.shape[0], seq.shape[1] - 1
     state = model.initial_state(b, seq.device)
-    window = bool(getattr(model.cfg, "attention_span", 0))
     bits = []
     for start in range(0, t, n):
         tokens = seq[:, start:min(t, start + n)]  # [B, n']
-        reset = torch.full((b, 1), start == 0 or (reset_memory and not window), dtype=torch.bool, device=seq.device)
-        if reset_memory and window and start > 0:
-            state = model.forget_memory(state, b)
+        reset = torch.full((b, 1), start == 0, dtype=torch.bool, device=seq.device)
+        if reset_memory:
+            state, reset = forget_before_segment(model, state, reset, b)
         out = model(tokens[:, None], state, reset)
         state = out.state
         bits.append(token_nll(out.logits, seq[:, None, start + 1:start + 1 + tokens.shape[1]])[:, 0] / math.log(2))
@@ -209,5 +208,3 @@ register_evaluation(Evaluation(
     notes=copy_distance_notes, holds=is_copy_distance_table,
     figure=Figure("second-copy bits per byte against distance (dotted: every memory forgotten before each segment)",
                   lambda df: copy_distance_figure(df) if is_copy_distance_table(df) else None)))
-
-

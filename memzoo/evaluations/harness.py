@@ -140,6 +140,15 @@ def atomic_text(path: Path, text: str) -> None:
     _atomic_text(path, text, f"the rows ({Path(path).name})")
 
 
+def forget_before_segment(model: MemoryModel, state: Any, reset: torch.Tensor, batch_size: int) -> tuple[Any, torch.Tensor]:
+    """The memory ablation before a segment, (state, reset): with the backbone's sliding window, every
+    memory's state fresh and the window kept (what a memory buys beyond the window); without one, the
+    whole state reset as at a document start."""
+    if model.cfg.attention_span:
+        return model.forget_memory(state, batch_size), reset
+    return state, torch.ones_like(reset)
+
+
 def atomic_json(path: Path, obj: Any) -> None:
     """`obj` as indented JSON, written atomically (`atomic_text`)."""
     atomic_text(path, json.dumps(obj, indent=1))

@@ -28,6 +28,7 @@ from memzoo.core.precision import autocast_context
 from memzoo.data.corpus import load_documents, split_documents
 from memzoo.data.samplers import stream_documents
 from memzoo.evaluations.byte_classes import byte_class_columns
+from memzoo.evaluations.harness import forget_before_segment
 from memzoo.evaluations.registry import Command, Evaluation, Score, register_evaluation
 from memzoo.evaluations.reporting import bpb_notes, bpb_sections, bpb_summary, holds_bpb
 from memzoo.analysis.results import bpb_over
@@ -50,7 +51,6 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
     model.eval()
     device = next(model.parameters()).device
     n = model.cfg.segment_len
-    window = bool(model.initial_window(1, device))  # some layer carries the backbone's window
     max_seg = max_segments_per_doc or 10**9
     nll_by_seg = torch.zeros(max_seg if max_segments_per_doc else 1024, dtype=torch.float64)
     cnt_by_seg = torch.zeros_like(nll_by_seg)
@@ -66,10 +66,8 @@ def evaluate_model(model: MemoryModel, docs: list, batch_size: int, max_segments
         step_rows.append((batch.seg_index[:, 0].cpu(), batch.doc_index[:, 0].cpu(), batch.mask.sum(dim=(1, 2)).double().cpu()))
         batch = batch.to(device)
         reset = batch.reset
-        if reset_memory and window:  # the memories forget before every segment; the window sees what it sees
-            state = model.forget_memory(state, batch_size)
-        elif reset_memory:  # no window: the whole state reset before every segment, as a document start
-            reset = torch.ones_like(batch.reset)
+        if reset_memory:
+            state, reset = forget_before_segment(model, state, reset, batch_size)
         with autocast_context(precision, device):
             out = model(batch.tokens, state, reset)
         state = out.state

@@ -147,15 +147,11 @@ def ratio_cell(row: pd.Series, name: str) -> str:
     return f"{value:.2f} ({status})".replace("-", MINUS) if value is not None and value == value else str(status)
 
 
-def lm_window_table(rows: pd.DataFrame, headroom_only: bool = False) -> str:
+def lm_window_table(rows: pd.DataFrame) -> str:
     """What a memory carries beyond the window: per variant, its memory's state, the paired difference
     from the window floor on segments >= 1 (`*`: after Holm) and on beyond-window copyable bytes (bytes
     whose 9-gram occurred earlier only beyond the window), what the memory buys (its state forgotten
-    before every segment, the window kept), and headroom recovered raw and segment-0-corrected.
-    `headroom_only`: the headline's columns instead: headroom recovered on segments >= 1 and on
-    beyond-window copyable bytes, the ceiling's own row giving full - floor at segment 0."""
-    if headroom_only:
-        return headroom_md(rows)
+    before every segment, the window kept), and headroom recovered raw and segment-0-corrected."""
     rows = with_ceiling(rows)
     borrowed = rows.loc[rows["method"] == CEILING, "ceiling_from"].iloc[0] if (rows["method"] == CEILING).any() else "own"
     out = []
@@ -263,7 +259,7 @@ TABLES: dict[str, tuple[str | tuple[str, ...], Callable]] = {
     "quick-table": ("quick", quick_table),
     "lm-window-table": ("lm-window", lm_window_table),
     "lm-window-bands": ("lm-window", lm_window_bands),
-    "lm-window-copy-table": ("lm-window-copy", lambda rows: lm_window_table(rows, headroom_only=True)),
+    "lm-window-copy-table": ("lm-window-copy", headroom_md),
     "lm-window-copy-more": ("lm-window-copy", lm_window_copy_more),
     "lm-window-copy-bands": ("lm-window-copy", lm_window_bands),
     "copy-distance-table": ("lm-window-copy", copy_distance_md),
