@@ -102,7 +102,7 @@ def test_the_tables_state_their_seeds_and_fit_the_page(shipped: dict[str, str]) 
 
 def test_a_suite_with_no_rows_shipped_says_so_in_its_block(shipped: dict[str, str]) -> None:
     """A shipped suite declared before its rows exist renders a line saying so; the others are unchanged."""
-    tables = all_tables({"lm-stream-sotu": pd.DataFrame()})
+    tables = all_tables({"lm-stream-sotu": pd.DataFrame()}, names=["lm-stream-sotu-table", "lm-stream-table"])
     assert tables["lm-stream-sotu-table"] == "No rows of `lm-stream-sotu` are shipped yet.\n"
     assert tables["lm-stream-table"] == shipped["lm-stream-table"]
 

@@ -169,25 +169,21 @@ def test_cli_generate_continues_the_prompt_greedily(run_dir: Path, tmp_path: Pat
     assert out == expected + "\n"
 
 
-def _child_peak(queue) -> None:
+def _child_peak() -> float:
     from memzoo.evaluations.run_result import peak_rss_mb
 
-    queue.put(peak_rss_mb())
+    return peak_rss_mb()
 
 
-def test_a_spawned_process_reports_its_own_peak_memory() -> None:
-    """A fresh process does not inherit its parent's peak (getrusage's ru_maxrss would)."""
-    import multiprocessing
-
+def test_a_fresh_process_reports_its_own_peak_memory() -> None:
+    """A worker process (forked from the fork server, as runs and isolated evaluations are) does not
+    inherit its parent's peak (getrusage's ru_maxrss would)."""
+    from memzoo.core.processes import FreshProcessPool
     from memzoo.evaluations.run_result import peak_rss_mb
 
     ballast = torch.ones(300 * 2**20 // 4)  # the parent holds 300 MB more than the child will
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_child_peak, args=(queue,))
-    child.start()
-    child_peak = queue.get(timeout=120)
-    child.join()
+    with FreshProcessPool(1) as pool:
+        child_peak = pool.submit(_child_peak).result(timeout=120)
     assert peak_rss_mb() - child_peak > 250, (peak_rss_mb(), child_peak)
     del ballast
 

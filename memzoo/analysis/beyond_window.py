@@ -45,13 +45,20 @@ def class_keys(df: pd.DataFrame) -> list[str]:
     return [k for k in COPY_CLASSES if k in keys] + bands
 
 
-def run_bpb(row: pd.Series, key: str) -> float:
+def class_records(df: pd.DataFrame, key: str) -> list[dict]:
+    """Each row's seed and its bits and tokens by document on class `key`, as plain dicts (a row as a
+    Series would carry every list column along, which the tables pay for thousands of times)."""
+    columns = ["seed", f"bits_by_doc_{key}", f"tokens_by_doc_{key}"]
+    return [dict(zip(columns, values)) for values in zip(*(df[c].tolist() for c in columns))]
+
+
+def run_bpb(row: pd.Series | dict, key: str) -> float:
     """A run's bits per byte on class `key` over all its documents (NaN where it has no byte)."""
     bits, tokens = np.asarray(row[f"bits_by_doc_{key}"], float), np.asarray(row[f"tokens_by_doc_{key}"], float)
     return float(bits.sum() / tokens.sum()) if tokens.sum() > 0 else float("nan")
 
 
-def doc_bpb(row: pd.Series, key: str) -> np.ndarray:
+def doc_bpb(row: pd.Series | dict, key: str) -> np.ndarray:
     """Per document, bits per byte on class `key` (NaN where the document has none). [docs]"""
     bits, tokens = np.asarray(row[f"bits_by_doc_{key}"], float), np.asarray(row[f"tokens_by_doc_{key}"], float)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -61,8 +68,8 @@ def doc_bpb(row: pd.Series, key: str) -> np.ndarray:
 def doc_differences(rows: pd.DataFrame, floor: pd.DataFrame, key: str) -> tuple[float, float, int]:
     """(mean, 95% t half-width, documents) of per-document differences from the floor, each document's
     averaged over the seeds both have: a comparison on the same bytes, unit = document."""
-    mine = {int(r["seed"]): doc_bpb(r, key) for _, r in rows.iterrows()}
-    ref = {int(r["seed"]): doc_bpb(r, key) for _, r in floor.iterrows()}
+    mine = {int(r["seed"]): doc_bpb(r, key) for r in class_records(rows, key)}
+    ref = {int(r["seed"]): doc_bpb(r, key) for r in class_records(floor, key)}
     seeds = sorted(set(mine) & set(ref))
     if not seeds:
         return float("nan"), float("nan"), 0
@@ -77,7 +84,7 @@ def class_differences(df: pd.DataFrame, key: str = "copy_beyond") -> pd.DataFram
     """Per variant: bits per byte on class `key` (mean over seeds), its difference from the floor paired
     by seed (mean, 95% t half-width, p, Holm over the variants), and per document pooled over seeds."""
     one_span(df)
-    data = df.assign(variant=variant_labels(df).to_numpy(), class_bpb=[run_bpb(r, key) for _, r in df.iterrows()])
+    data = df.assign(variant=variant_labels(df).to_numpy(), class_bpb=[run_bpb(r, key) for r in class_records(df, key)])
     floor = data[data["method"] == REFERENCE]
     rows = []
     for variant, sub in data.groupby("variant", sort=False):

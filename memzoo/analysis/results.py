@@ -39,14 +39,15 @@ def variant_labels(df: pd.DataFrame) -> pd.Series:
     """Per row, its method and the grid values (`grid_<option>` columns) that differ between that
     method's rows: "infini-delta normalizer=gamma" beside "infini-delta normalizer=paper"; the bare
     method name where its rows share every grid value."""
-    grid = [c for c in df.columns if c.startswith("grid_")]
-    labels = df["method"].astype(str).copy()
-    for method, rows in df.groupby("method", sort=False):
-        varying = [c for c in grid if rows[c].astype(str).nunique() > 1]
-        if varying:
-            labels.loc[rows.index] = [f"{method} " + ", ".join(f"{c[5:]}={grid_value(r[c])}" for c in varying)
-                                      for _, r in rows.iterrows()]
-    return labels
+    grid = {c: df[c].tolist() for c in df.columns if c.startswith("grid_")}
+    methods = df["method"].astype(str).tolist()
+    labels = list(methods)
+    for method in dict.fromkeys(methods):
+        at = [i for i, m in enumerate(methods) if m == method]
+        varying = [c for c, values in grid.items() if len({str(values[i]) for i in at}) > 1]
+        for i in at if varying else ():
+            labels[i] = f"{method} " + ", ".join(f"{c[5:]}={grid_value(grid[c][i])}" for c in varying)
+    return pd.Series(labels, index=df.index, name="method")
 
 
 def grid_value(value: object) -> str:

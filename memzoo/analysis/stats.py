@@ -28,6 +28,21 @@ ALPHA = 0.05
 REFERENCE = "local"  # the floor every method is tested against
 INTERVAL = "95% interval: mean ± t over seeds (Student's t, n - 1 degrees of freedom)"
 TEST = "significance: Welch's two-sided t-test over seeds, α = 0.05, Holm-corrected per family"
+
+
+def t_quantile(q: float, df: float) -> float:
+    """Student's t quantile (scipy.stats.t.ppf's value, through its special function: the tables call
+    it thousands of times, and the distribution object costs a millisecond a call)."""
+    from scipy import special
+
+    return float(special.stdtrit(df, q))
+
+
+def t_sf(x: float, df: float) -> float:
+    """Student's t survival function (scipy.stats.t.sf's value, as `t_quantile`)."""
+    from scipy import special
+
+    return float(special.stdtr(df, -x))
 PAIRED_TEST = ("differences paired by seed (same backbone initialisation and batches at a seed): mean of the per-seed "
                "differences ± the 95% t interval, two-sided paired t-test, α = 0.05, Holm-corrected per family")
 UNPAIRED_TEST = ("differences unpaired: difference of means ± the 95% Welch interval, Welch's two-sided t-test, "
@@ -43,14 +58,13 @@ def _values(x: Iterable[float]) -> np.ndarray:
 
 def t_halfwidth(x: Iterable[float], level: float = LEVEL) -> float:
     """Half-width of the t interval of the mean: t_{(1+level)/2, n-1} · sd / √n; NaN below two values."""
-    from scipy import stats
 
     if not 0 < level < 1:
         raise ValueError(f"level={level}: expected a probability in (0, 1)")
     a = _values(x)
     if len(a) < 2:
         return float("nan")
-    return float(stats.t.ppf((1 + level) / 2, len(a) - 1) * a.std(ddof=1) / math.sqrt(len(a)))
+    return float(t_quantile((1 + level) / 2, len(a) - 1) * a.std(ddof=1) / math.sqrt(len(a)))
 
 
 def mean_interval(x: Iterable[float], level: float = LEVEL) -> tuple[float, float, float]:
@@ -72,7 +86,6 @@ def welch_p(a: Iterable[float], b: Iterable[float]) -> float:
 
     t = (mean_a - mean_b) / √(s_a²/n_a + s_b²/n_b), Welch–Satterthwaite degrees of freedom. Two sets
     with no spread at all are different when their means differ (p = 0) and equal otherwise (p = 1)."""
-    from scipy import stats
 
     x, y = _values(a), _values(b)
     if len(x) < 2 or len(y) < 2:
@@ -83,13 +96,12 @@ def welch_p(a: Iterable[float], b: Iterable[float]) -> float:
         return 0.0 if diff != 0 else 1.0
     t = diff / math.sqrt(vx + vy)
     df = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
-    return float(2 * stats.t.sf(abs(t), df))
+    return float(2 * t_sf(abs(t), df))
 
 
 def welch_halfwidth(a: Iterable[float], b: Iterable[float], level: float = LEVEL) -> float:
     """Half-width of the Welch interval of mean(a) - mean(b): t_{df} · √(s_a²/n_a + s_b²/n_b),
     Welch–Satterthwaite df; NaN below two values a side (0 when neither side has spread)."""
-    from scipy import stats
 
     x, y = _values(a), _values(b)
     if len(x) < 2 or len(y) < 2:
@@ -98,13 +110,17 @@ def welch_halfwidth(a: Iterable[float], b: Iterable[float], level: float = LEVEL
     if vx + vy == 0:
         return 0.0
     df = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
-    return float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(vx + vy))
+    return float(t_quantile((1 + level) / 2, df) * math.sqrt(vx + vy))
 
 
 def per_seed(values: pd.Series, seeds: pd.Series) -> pd.Series:
     """`values` indexed by seed (several runs at one seed, e.g. a grid, are averaged), NaNs dropped."""
-    frame = pd.DataFrame({"seed": np.asarray(seeds), "v": np.asarray(values, dtype=float)}).dropna()
-    return frame.groupby("seed")["v"].mean()
+    seed, v = np.asarray(seeds), np.asarray(values, dtype=float)
+    keep = ~(np.isnan(v) | pd.isna(seed))
+    index, slot = np.unique(seed[keep], return_inverse=True)  # sorted seeds, as a groupby gives
+    sums = np.zeros(len(index))
+    np.add.at(sums, slot, v[keep])
+    return pd.Series(sums / np.bincount(slot, minlength=len(index)), index=pd.Index(index, name="seed"), name="v")
 
 
 def paired_differences(a: pd.Series, b: pd.Series) -> np.ndarray:
@@ -116,7 +132,6 @@ def paired_differences(a: pd.Series, b: pd.Series) -> np.ndarray:
 def paired_t(diffs: Iterable[float], level: float = LEVEL) -> tuple[float, float, float]:
     """(mean, half-width, p) of per-seed differences: the one-sample t interval and two-sided t-test
     of mean 0. No spread: p = 0 if the mean is not 0, else 1; fewer than two pairs: NaN."""
-    from scipy import stats
 
     d = _values(diffs)
     if len(d) < 2:
@@ -125,7 +140,7 @@ def paired_t(diffs: Iterable[float], level: float = LEVEL) -> tuple[float, float
     if sd == 0:
         return mean, 0.0, (0.0 if mean != 0 else 1.0)
     t = mean / (sd / math.sqrt(len(d)))
-    return mean, t_halfwidth(d, level), float(2 * stats.t.sf(abs(t), len(d) - 1))
+    return mean, t_halfwidth(d, level), float(2 * t_sf(abs(t), len(d) - 1))
 
 
 def holm(p: Sequence[float], alpha: float = ALPHA) -> list[bool]:
@@ -233,7 +248,6 @@ def ratio_interval(numerator: Sequence[float], denominator: Sequence[float], lev
     """mean(a) / mean(b) over paired samples (a_i, b_i), with Fieller's interval: the R for which
     mean(a) - R mean(b) is within the t interval of 0, i.e. (ā - R b̄)² <= t² (s_aa - 2R s_ab + R² s_bb) / n.
     Fieller, not the delta method: it stays exact when b̄ is small, where a ratio's interval is not symmetric."""
-    from scipy import stats
 
     a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
     if a.shape != b.shape:
@@ -245,7 +259,7 @@ def ratio_interval(numerator: Sequence[float], denominator: Sequence[float], lev
     n = a.size
     if n < 2:
         return RatioEstimate(value, None, None, "one seed")
-    t2 = float(stats.t.ppf(0.5 + level / 2, n - 1)) ** 2
+    t2 = float(t_quantile(0.5 + level / 2, n - 1)) ** 2
     cov = np.cov(np.stack([a, b]), ddof=1)  # [[s_aa, s_ab], [s_ab, s_bb]]
     qa = mean_b**2 - t2 * cov[1, 1] / n  # R² coefficient
     qb = mean_a * mean_b - t2 * cov[0, 1] / n  # half the R coefficient (sign folded in)

@@ -40,7 +40,10 @@ from memzoo.analysis.babilong import babilong_curves, is_babilong_table
 from memzoo.evaluations.registry import Command, Evaluation, Figure, fmt, names, numbers, register_evaluation
 from memzoo.evaluations.reporting import babilong_notes, babilong_sections
 from memzoo.evaluations.generate import StreamingDecoder
+from memzoo.core.processes import preload_in_workers
 from memzoo.evaluations.harness import WORKER_DIED, atomic_text, in_process, merge_into_result, method_of, run_isolated, trained_run
+
+preload_in_workers(__name__)  # its run_isolated workers' module, imported once in the fork server
 
 GENERATED = "generate"  # data=generate: the generator's test split, made in memory
 GENERATED_SAMPLES = 100  # samples per (task, length) when data=generate and max_samples is unset

@@ -6,12 +6,10 @@ a stored row (`reusable`), and atomic writes of the rows into the run folder (`a
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import csv
 import hashlib
 import io
 import json
-import multiprocessing
 import os
 import time
 from concurrent.futures.process import BrokenProcessPool
@@ -22,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from memzoo.core.model import MemoryModel
+from memzoo.core.processes import FreshProcessPool, preload_in_workers
 from memzoo.runs.disk import atomic_text as _atomic_text
 from memzoo.evaluations.run_result import peak_rss_mb
 from memzoo.evaluations.generate import StreamingDecoder
@@ -122,12 +121,15 @@ def measurements(device: torch.device) -> dict[str, Optional[float]]:
     return {"peak_rss_mb": peak_rss_mb(), "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None}
 
 
+preload_in_workers(__name__)  # what an isolated evaluation's process imports, once in the fork server
+
+
 def run_isolated(worker: Callable[..., T], args: tuple, died: Callable[[], T]) -> T:
-    """`worker(*args)` in a fresh (spawned) process, so that its peak resident memory is its own and
+    """`worker(*args)` in a fresh process (memzoo.core.processes), so that its peak resident memory is its own and
     an out-of-memory kill loses only it; `died()` is the result when the process dies. The worker
-    must be a module-level function and its arguments picklable."""
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as pool:
+    must be a module-level function and its arguments picklable; its module should call
+    `memzoo.core.processes.preload_in_workers(__name__)` so that the fork server imports it once."""
+    with FreshProcessPool(1) as pool:
         try:
             return pool.submit(worker, *args).result()
         except BrokenProcessPool:

@@ -26,8 +26,11 @@ from memzoo.core.model import MemoryModel
 from memzoo.evaluations.passkey_recall import LongRangeConfig, evaluate_length
 from memzoo.evaluations.registry import Command, Evaluation, add_stream_options, fmt, numbers, register_evaluation
 from memzoo.evaluations.reporting import passkey_notes, passkey_sections, recall_sections
+from memzoo.core.processes import preload_in_workers
 from memzoo.evaluations.harness import (WORKER_DIED, atomic_json, in_process, merge_into_result, method_of, reusable,
                                         run_isolated, trained_run)
+
+preload_in_workers(__name__)  # its run_isolated workers' module, imported once in the fork server
 
 
 def _length_worker(run_dir: str, length: int, cfg_dict: dict[str, Any], progress: bool) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ seconds of the window), VARIANT the suite's label slugged ("xl_mem_len-33"); and
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import pandas as pd
 
@@ -252,20 +252,25 @@ def cpu_cost_facts(rows: pd.DataFrame) -> dict[str, str]:
 MEASURED_FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {"gpu-speed": speed_facts, "cpu-cost": cpu_cost_facts}
 
 
-def all_facts(rows: Optional[dict[str, pd.DataFrame]] = None) -> dict[str, str]:
-    """SUITE.METHOD.QUANTITY -> text for every shipped suite with facts (rows: suite -> rows to use
-    instead), and for the shipped measurements; SUITE.train_hours: the shipped runs' training hours from
-    the references' index (one job's wall hours each, runs sharing the cores)."""
+def all_facts(rows: Optional[dict[str, pd.DataFrame]] = None, suites: Optional[Iterable[str]] = None) -> dict[str, str]:
+    """SUITE.METHOD.QUANTITY -> text for every shipped suite with facts (or those of `suites`; rows:
+    suite -> rows to use instead), and for the shipped measurements; SUITE.train_hours: the shipped runs'
+    training hours from the references' index (one job's wall hours each, runs sharing the cores)."""
     rows = rows or {}
+    wanted = set(FACTS) | set(MEASURED) if suites is None else set(suites)
     out: dict[str, str] = {}
     index = load_index()
     for suite, make in FACTS.items():
+        if suite not in wanted:
+            continue
         data = rows[suite] if suite in rows else load_references(suite)
         if not data.empty:
             out |= {f"{suite}.{name}": text for name, text in make(data).items()}
         if index.get(suite, {}).get(HOURS) is not None:
             out[f"{suite}.train_hours"] = f"{index[suite][HOURS]:.1f}"
     for name in MEASURED:
+        if name not in wanted:
+            continue
         data = rows[name] if name in rows else load_measured(name)
         out |= {f"{name}.{fact}": text for fact, text in MEASURED_FACTS[name](data).items()}
     return out

@@ -15,12 +15,12 @@ import re
 import struct
 import zlib
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import pandas as pd
 
 from memzoo.core.config import ConfigError
-from memzoo.publishing.facts import all_facts, render_facts
+from memzoo.publishing.facts import FACT, all_facts, render_facts
 from memzoo.publishing.references import load_rows, rows_path
 from memzoo.publishing.shipped import shipped_rows
 from memzoo.publishing.tables import TABLES
@@ -58,9 +58,10 @@ def render(text: str, tables: dict[str, str], where: str = "page") -> str:
     return BLOCK.sub(lambda m: m.group(1) + tables[m.group("name")] + m.group(4), text)
 
 
-def all_tables(rows: Optional[dict[str, pd.DataFrame]] = None) -> dict[str, str]:
-    """Every generated table, from `rows` (suite -> rows; the shipped rows by default)."""
+def all_tables(rows: Optional[dict[str, pd.DataFrame]] = None, names: Optional[Iterable[str]] = None) -> dict[str, str]:
+    """Every generated table (or those of `names`), from `rows` (suite -> rows; the shipped rows by default)."""
     rows = rows or {}
+    wanted = TABLES if names is None else {name: TABLES[name] for name in names if name in TABLES}
     cache: dict[str, pd.DataFrame] = {}
 
     def load(source: str) -> pd.DataFrame:
@@ -69,7 +70,7 @@ def all_tables(rows: Optional[dict[str, pd.DataFrame]] = None) -> dict[str, str]
         return cache[source]
 
     out = {}
-    for name, (source, make) in TABLES.items():
+    for name, (source, make) in wanted.items():
         if isinstance(source, tuple):  # a table of several sources: each says where it has no row
             out[name] = make({s: load(s) for s in source})
         else:  # a suite declared but not yet run: say so in the page instead of failing every table
@@ -81,11 +82,13 @@ def stale_pages(root: Path, rows: Optional[dict[str, pd.DataFrame]] = None, writ
                 tables: Optional[dict[str, str]] = None, facts: Optional[dict[str, str]] = None) -> list[Path]:
     """The pages whose generated blocks or facts in prose differ from those of the rows, or the `tables`
     and `facts` given (rewritten when `write`)."""
-    tables, stale = tables if tables is not None else all_tables(rows), []
-    for page in pages(root):
-        text = page.read_text()
-        if facts is None and "<!-- fact:" in text:  # computed once, and only where a page quotes one
-            facts = all_facts(rows)
+    texts = {page: page.read_text() for page in pages(root)}
+    if tables is None:  # the tables some page shows (a block of an unknown name stays an error in render)
+        tables = all_tables(rows, names={name for text in texts.values() for name in OPEN.findall(text)})
+    stale = []
+    for page, text in texts.items():
+        if facts is None and "<!-- fact:" in text:  # computed once, for the suites some page quotes
+            facts = all_facts(rows, suites={m.group("name").split(".", 1)[0] for t in texts.values() for m in FACT.finditer(t)})
         new = render_facts(render(text, tables, str(page.relative_to(root))), facts or {}, str(page.relative_to(root)))
         if new != text:
             stale.append(page)

@@ -2,6 +2,7 @@
 resolved run config under the same token budget, with its fine-tuning chain and shared backbone."""
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,15 +91,20 @@ def expand(suite: DictConfig) -> list[RunSpec]:
         # A per-method preset brings its own memory options; a shared base's belong to another method.
         preset_options = {k: v for k, v in base["memory"].items() if k != "name"} if preset.memory.name == method else {}
         options = {**preset_options, **dict(suite.options.get(method, {}) or {})}
+        merged = OmegaConf.merge(base, suite.run or {})
         for point, sweep in itertools.product(_grid_points(dict(suite.grid.get(method, {}) or {})), sweep_points(suite)):
+            template = None  # the run config but its seed and name: resolved (and checked) once for every seed
             for seed in suite.seeds:
                 name = _run_name(method, point, seed, sweep)
-                cfg = OmegaConf.merge(base, suite.run or {})
-                _apply_run_keys(cfg, {**sweep, **point})
-                cfg.memory = {"name": method, **options, **{k: v for k, v in point.items() if "." not in k}}
-                cfg.methods = {}
-                cfg.seed, cfg.name, cfg.out_dir = int(seed), name, str(root / "runs")
-                cfg = resolve(merge_checked(run_schema(), cfg, where=f"suite run {name}"))
+                if template is None:
+                    cfg = copy.deepcopy(merged)
+                    _apply_run_keys(cfg, {**sweep, **point})
+                    cfg.memory = {"name": method, **options, **{k: v for k, v in point.items() if "." not in k}}
+                    cfg.methods = {}
+                    cfg.out_dir = str(root / "runs")
+                    template = resolve(merge_checked(run_schema(), cfg, where=f"suite run {name}"))
+                cfg = copy.deepcopy(template)
+                cfg.seed, cfg.name = int(seed), name
                 if cfg.log.group is None:  # a tracker shows the suite's runs together, each under its run name
                     cfg.log.group = str(suite.name)
                 if suite.token_budget:

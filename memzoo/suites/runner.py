@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import json
-import multiprocessing
 import os
 import signal
 from pathlib import Path
@@ -24,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from memzoo.core.config import run_schema, to_yaml
 from memzoo.core.interrupt import Terminated
 from memzoo.core.overrides import merge_checked
+from memzoo.core.processes import FreshProcessPool, preload_in_workers
 from memzoo.runs.configure import resolve
 from memzoo.runs.disk import DiskFullError, atomic_text, disk_full, is_disk_full, writing
 from memzoo.runs.lock import WAITING, RunLock, held_message, live_holder, say
@@ -37,6 +37,10 @@ from memzoo.suites.stages import is_finished, longrange_configs, stages_signatur
 from memzoo.suites.suite_plugins import import_plugins
 from memzoo.suites.results import write_table
 from memzoo.suites.threads import Claim, suite_threads
+
+# What every run's process imports, done once in the fork server: torch._dynamo (torch.optim's first
+# optimizer imports it, about 5 s) and this module with what it imports.
+preload_in_workers("torch._dynamo", __name__)
 
 
 def worker(spec_yaml: dict[str, Optional[str]], run_dir: str, threads: int, imports: list[str],
@@ -165,7 +169,7 @@ def _run_local(suite: DictConfig, root: Path, specs: list[RunSpec], todo: list[R
     threads = suite.threads_per_job or suite_threads(jobs, warn=progress)
     share = None if suite.threads_per_job else (jobs, os.getpid())
     if backbones:  # first, one at a time, with every worker's threads: every run starts from them
-        with cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as one:
+        with FreshProcessPool(1) as one:
             for spec in backbones:
                 if progress:
                     print(f"suite {suite.name}: training the shared backbone {spec.name} ({spec.steps} steps)")
@@ -180,8 +184,7 @@ def _run_local(suite: DictConfig, root: Path, specs: list[RunSpec], todo: list[R
     bar = SuiteProgress(suite.name, total_steps, done_steps, len(specs), len(specs) - len(todo), progress)
     failures: dict[str, str] = {}
     full: Optional[str] = None  # a full disk's one line: the suite stops
-    ctx = multiprocessing.get_context("spawn")
-    pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1)
+    pool = FreshProcessPool(jobs)
     queue = list(todo)  # submitted `jobs` at a time, so that a stop leaves the rest unstarted
     futures: dict[cf.Future, RunSpec] = {}
     try:
