@@ -107,3 +107,25 @@ def test_finetune_must_be_a_mapping_or_a_list_of_them(tmp_path: Path) -> None:
     suite = load_suite(str(_suite(tmp_path)), ["finetune=[3]"])
     with pytest.raises(ConfigError, match=r"suite.finetune=\[3\]; expected run-config overrides"):
         expand(suite)
+
+
+def test_every_seed_gets_the_chain_one_seed_would_and_a_stage_keeps_a_seed_it_sets(tmp_path: Path) -> None:
+    """expand resolves a run's chain once for all its seeds: each seed's chain equals the one built for
+    that seed alone (names, folders, the seed in every stage), and a stage whose overrides set `seed`
+    keeps it, as do the stages after it."""
+    from omegaconf import OmegaConf
+
+    from memzoo.training.curriculum import finetune_chain
+
+    path = tmp_path / "cur.yaml"
+    path.write_text(f"out_dir: {tmp_path / 'results'}\nseeds: [3, 5]\n"
+                    + SUITE.replace("    train: {steps: 3, bptt_segments: 8}\n", "    train: {steps: 3, bptt_segments: 8}\n    seed: 11\n"))
+    suite = load_suite(str(path))
+    specs = expand(suite)
+    assert [s.seed for s in specs] == [3, 5]
+    for spec in specs:
+        assert [int(c.seed) for c in spec.chain] == [spec.seed, 11, 11]
+        pretrain = spec.chain[0].copy()
+        alone = finetune_chain(pretrain, suite.finetune, tmp_path / "results" / "cur", spec.name)
+        assert [OmegaConf.to_yaml(c) for c in alone] == [OmegaConf.to_yaml(c) for c in spec.chain]
+    assert specs[0].chain[1].task.init_from != specs[1].chain[1].task.init_from

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from memzoo.analysis.bpb import NO_HEADROOM
-from memzoo.analysis.results import bits_after, bpb_over, variant_labels
+from memzoo.analysis.results import bits_after, bpb_over, class_records, doc_bpb, run_bpb, variant_labels
 from memzoo.analysis.stats import REFERENCE, RatioEstimate, holm, paired_differences, paired_t, per_seed, ratio_interval
 
 CEILING = "full"
@@ -43,26 +43,6 @@ def class_keys(df: pd.DataFrame) -> list[str]:
     keys = [c.removeprefix("bits_by_doc_") for c in df.columns if c.startswith("bits_by_doc_")]
     bands = sorted((k for k in keys if k.startswith("band_")), key=lambda k: int(k[5:].split("-")[0]))
     return [k for k in COPY_CLASSES if k in keys] + bands
-
-
-def class_records(df: pd.DataFrame, key: str) -> list[dict]:
-    """Each row's seed and its bits and tokens by document on class `key`, as plain dicts (a row as a
-    Series would carry every list column along, which the tables pay for thousands of times)."""
-    columns = ["seed", f"bits_by_doc_{key}", f"tokens_by_doc_{key}"]
-    return [dict(zip(columns, values)) for values in zip(*(df[c].tolist() for c in columns))]
-
-
-def run_bpb(row: pd.Series | dict, key: str) -> float:
-    """A run's bits per byte on class `key` over all its documents (NaN where it has no byte)."""
-    bits, tokens = np.asarray(row[f"bits_by_doc_{key}"], float), np.asarray(row[f"tokens_by_doc_{key}"], float)
-    return float(bits.sum() / tokens.sum()) if tokens.sum() > 0 else float("nan")
-
-
-def doc_bpb(row: pd.Series | dict, key: str) -> np.ndarray:
-    """Per document, bits per byte on class `key` (NaN where the document has none). [docs]"""
-    bits, tokens = np.asarray(row[f"bits_by_doc_{key}"], float), np.asarray(row[f"tokens_by_doc_{key}"], float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(tokens > 0, bits / tokens, np.nan)
 
 
 def doc_differences(rows: pd.DataFrame, floor: pd.DataFrame, key: str) -> tuple[float, float, int]:

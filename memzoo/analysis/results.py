@@ -1,5 +1,5 @@
 """Reading a results table: every run folder's row, one row per segment, variant labels, and
-bits per byte over a range of segments."""
+bits per byte over a range of segments or on a class of bytes."""
 from __future__ import annotations
 
 import json
@@ -74,3 +74,23 @@ def bpb_over(row: pd.Series, first: int, last: Optional[int] = None, column: str
     bits, tokens = bits_after({"bpb_by_segment": row[column], "tokens_by_segment": row.get("tokens_by_segment")},
                               first, last)
     return bits / tokens if tokens > 0 else float("nan")
+
+
+def class_records(df: pd.DataFrame, key: str) -> list[dict]:
+    """Each row's seed, bits and tokens by document on class `key` (not iterrows: a row as a Series
+    carries every list column along, which the tables would pay for thousands of times)."""
+    columns = ["seed", f"bits_by_doc_{key}", f"tokens_by_doc_{key}"]
+    return [dict(zip(columns, values)) for values in zip(*(df[c].tolist() for c in columns))]
+
+
+def run_bpb(row: pd.Series | dict, key: str) -> float:
+    """A run's bits per byte on class `key` over all its documents (NaN where it has no byte)."""
+    bits, tokens = np.asarray(row[f"bits_by_doc_{key}"], float), np.asarray(row[f"tokens_by_doc_{key}"], float)
+    return float(bits.sum() / tokens.sum()) if tokens.sum() > 0 else float("nan")
+
+
+def doc_bpb(row: pd.Series | dict, key: str) -> np.ndarray:
+    """Per document, bits per byte on class `key` (NaN where the document has none). [docs]"""
+    bits, tokens = np.asarray(row[f"bits_by_doc_{key}"], float), np.asarray(row[f"tokens_by_doc_{key}"], float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tokens > 0, bits / tokens, np.nan)

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from memzoo.core.config import ConfigError, run_schema
 from memzoo.core.overrides import merge_checked
 from memzoo.runs.configure import load_config, resolve
-from memzoo.training.curriculum import finetune_chain, stage_overrides, stages_within_reach
+from memzoo.training.curriculum import merge_chain, name_chain, seeded_stages, stage_overrides, stages_within_reach
 from memzoo.suites.suite_plugins import suite_methods
 
 
@@ -93,36 +93,49 @@ def expand(suite: DictConfig) -> list[RunSpec]:
         options = {**preset_options, **dict(suite.options.get(method, {}) or {})}
         merged = OmegaConf.merge(base, suite.run or {})
         for point, sweep in itertools.product(_grid_points(dict(suite.grid.get(method, {}) or {})), sweep_points(suite)):
-            template = None  # the run config but its seed and name: resolved (and checked) once for every seed
-            for seed in suite.seeds:
+            template: Optional[list[DictConfig]] = None  # the run's chain of configs, resolved and checked once
+            for seed in suite.seeds:  # for every seed, then seeded and named
                 name = _run_name(method, point, seed, sweep)
                 if template is None:
-                    cfg = copy.deepcopy(merged)
-                    _apply_run_keys(cfg, {**sweep, **point})
-                    cfg.memory = {"name": method, **options, **{k: v for k, v in point.items() if "." not in k}}
-                    cfg.methods = {}
-                    cfg.out_dir = str(root / "runs")
-                    template = resolve(merge_checked(run_schema(), cfg, where=f"suite run {name}"))
-                cfg = copy.deepcopy(template)
-                cfg.seed, cfg.name = int(seed), name
-                if cfg.log.group is None:  # a tracker shows the suite's runs together, each under its run name
-                    cfg.log.group = str(suite.name)
-                if suite.token_budget:
-                    per_step = cfg.train.batch_size * cfg.train.window_segments * cfg.model.segment_len
-                    cfg.train.steps = max(1, int(suite.token_budget) // per_step)
-                pretrain, stages = None, []
+                    template, overrides = _unseeded_chain(suite, merged, method, options, point, sweep, name)
+                chain = [copy.deepcopy(cfg) for cfg in template]
+                for cfg, seeded in zip(chain, seeded_stages(overrides) if overrides else [True]):
+                    if seeded:
+                        cfg.seed = int(seed)
+                chain[-1].name = name
                 if suite.backbone:  # the first stage starts from the shared backbone
-                    cfg.task.init_from, cfg.task.init_backbone_only = str(root / "runs" / backbone_name(seed)), True
-                overrides = stage_overrides(suite.finetune) if suite.finetune else []
-                if overrides and suite.stop_at_reach:
-                    overrides = stages_within_reach(cfg, overrides)
+                    chain[0].task.init_from, chain[0].task.init_backbone_only = str(root / "runs" / backbone_name(seed)), True
+                pretrain, stages, cfg = None, [], chain[-1]
                 if overrides:
-                    pretrain, *stages, cfg = finetune_chain(cfg, overrides, root, name)
+                    pretrain, *stages, cfg = name_chain(chain, root, name)
                 specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain, sweep, stages))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError("two suite runs share a name; check the grid and seeds for duplicates")
     return specs
+
+
+def _unseeded_chain(suite: DictConfig, merged: DictConfig, method: str, options: dict[str, Any], point: dict[str, Any],
+                    sweep: dict[str, Any], name: str) -> tuple[list[DictConfig], list[Any]]:
+    """A run's configs before its seed and names are set: [run] or [pretraining, stage 1, ...] (the stages
+    the suite's `finetune:` makes, those within the memory's reach with `stop_at_reach`), each resolved
+    and checked (errors name the run `name`), and the stages' overrides."""
+    root = suite_dir(suite)
+    cfg = copy.deepcopy(merged)
+    _apply_run_keys(cfg, {**sweep, **point})
+    cfg.memory = {"name": method, **options, **{k: v for k, v in point.items() if "." not in k}}
+    cfg.methods = {}
+    cfg.out_dir = str(root / "runs")
+    cfg = resolve(merge_checked(run_schema(), cfg, where=f"suite run {name}"))
+    if cfg.log.group is None:  # a tracker shows the suite's runs together, each under its run name
+        cfg.log.group = str(suite.name)
+    if suite.token_budget:
+        per_step = cfg.train.batch_size * cfg.train.window_segments * cfg.model.segment_len
+        cfg.train.steps = max(1, int(suite.token_budget) // per_step)
+    overrides = stage_overrides(suite.finetune) if suite.finetune else []
+    if overrides and suite.stop_at_reach:
+        overrides = stages_within_reach(cfg, overrides)
+    return (merge_chain(cfg, overrides, name) if overrides else [cfg]), overrides
 
 
 def backbone_name(seed: int) -> str:

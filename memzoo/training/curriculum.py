@@ -57,18 +57,40 @@ def stage_name(name: str, index: int, count: int) -> str:
 def finetune_chain(pretrain: DictConfig, finetune: Any, root: Path, name: str) -> list[DictConfig]:
     """[pretraining, stage 1, ..., last stage]: each fine-tuning stage is the previous stage's
     config under its overrides, renamed, starting from the previous stage's run folder."""
+    return name_chain(merge_chain(pretrain, finetune, name), root, name)
+
+
+def merge_chain(pretrain: DictConfig, finetune: Any, name: str) -> list[DictConfig]:
+    """[pretraining, stage 1, ...]: each stage the previous one's config under its overrides, checked
+    (errors name the stage and `name`) and resolved; not yet named (`name_chain`)."""
     overrides = stage_overrides(finetune)
-    pretrain.name = f"{name}-lm" if pretrain.task.name == "lm" else f"{name}-c0"
     chain = [pretrain]
     for i, stage in enumerate(overrides):
-        prev = chain[-1]  # a full run config already: merging the stage into it checks the stage's keys
         where = f"suite finetune[{i}] {name}" if len(overrides) > 1 else f"suite finetune {name}"
-        cfg = merge_checked(prev, stage, where=where)
-        cfg.name = stage_name(name, i, len(overrides))
-        cfg.task.init_from = str(root / "runs" / prev.name)
-        cfg.task.init_backbone_only = False  # a stage continues the same model, its memory included
-        chain.append(resolve(cfg))
+        chain.append(resolve(merge_checked(chain[-1], stage, where=where)))  # a full run config: the stage's keys checked
     return chain
+
+
+def name_chain(chain: list[DictConfig], root: Path, name: str) -> list[DictConfig]:
+    """The chain's run folders (in place): the pretraining `NAME-lm` (or `NAME-c0`), then each stage's,
+    the last one `name` itself, each stage starting from the previous one's folder, its memory included."""
+    first = chain[0]
+    first.name = f"{name}-lm" if first.task.name == "lm" else f"{name}-c0"
+    for i, cfg in enumerate(chain[1:]):
+        cfg.name = stage_name(name, i, len(chain) - 1)
+        cfg.task.init_from = str(root / "runs" / chain[i].name)
+        cfg.task.init_backbone_only = False  # a stage continues the same model, its memory included
+    return chain
+
+
+def seeded_stages(finetune: Any) -> list[bool]:
+    """Per config of the chain [pretraining, stage 1, ...]: whether its seed is the run's (inherited
+    from the pretraining), not one that a stage's overrides (or an earlier stage's) set."""
+    out, inherited = [True], True
+    for stage in stage_overrides(finetune):
+        inherited = inherited and "seed" not in stage
+        out.append(inherited)
+    return out
 
 
 def stages_within_reach(first: DictConfig, finetune: Any) -> list[Any]:
