@@ -29,6 +29,13 @@ REFERENCE = "local"  # the floor every method is tested against
 INTERVAL = "95% interval: mean ± t over seeds (Student's t, n - 1 degrees of freedom)"
 TEST = "significance: Welch's two-sided t-test over seeds, α = 0.05, Holm-corrected per family"
 
+PAIRED_TEST = ("differences paired by seed (same backbone initialisation and batches at a seed): mean of the per-seed "
+               "differences ± the 95% t interval, two-sided paired t-test, α = 0.05, Holm-corrected per family")
+UNPAIRED_TEST = ("differences unpaired: difference of means ± the 95% Welch interval, Welch's two-sided t-test, "
+                 "α = 0.05, Holm-corrected per family")
+BOOTSTRAP = ("per-document paired bootstrap: the evaluation documents resampled with replacement (the same draw for "
+             "every seed), the difference of bits per byte recomputed, mean over seeds; 95% percentile interval")
+
 
 def t_quantile(q: float, df: float) -> float:
     """Student's t quantile (scipy.stats.t.ppf's value, through its special function: the tables call
@@ -43,12 +50,6 @@ def t_sf(x: float, df: float) -> float:
     from scipy import special
 
     return float(special.stdtr(df, -x))
-PAIRED_TEST = ("differences paired by seed (same backbone initialisation and batches at a seed): mean of the per-seed "
-               "differences ± the 95% t interval, two-sided paired t-test, α = 0.05, Holm-corrected per family")
-UNPAIRED_TEST = ("differences unpaired: difference of means ± the 95% Welch interval, Welch's two-sided t-test, "
-                 "α = 0.05, Holm-corrected per family")
-BOOTSTRAP = ("per-document paired bootstrap: the evaluation documents resampled with replacement (the same draw for "
-             "every seed), the difference of bits per byte recomputed, mean over seeds; 95% percentile interval")
 
 
 def _values(x: Iterable[float]) -> np.ndarray:
@@ -58,7 +59,6 @@ def _values(x: Iterable[float]) -> np.ndarray:
 
 def t_halfwidth(x: Iterable[float], level: float = LEVEL) -> float:
     """Half-width of the t interval of the mean: t_{(1+level)/2, n-1} · sd / √n; NaN below two values."""
-
     if not 0 < level < 1:
         raise ValueError(f"level={level}: expected a probability in (0, 1)")
     a = _values(x)
@@ -86,7 +86,6 @@ def welch_p(a: Iterable[float], b: Iterable[float]) -> float:
 
     t = (mean_a - mean_b) / √(s_a²/n_a + s_b²/n_b), Welch–Satterthwaite degrees of freedom. Two sets
     with no spread at all are different when their means differ (p = 0) and equal otherwise (p = 1)."""
-
     x, y = _values(a), _values(b)
     if len(x) < 2 or len(y) < 2:
         return float("nan")
@@ -102,7 +101,6 @@ def welch_p(a: Iterable[float], b: Iterable[float]) -> float:
 def welch_halfwidth(a: Iterable[float], b: Iterable[float], level: float = LEVEL) -> float:
     """Half-width of the Welch interval of mean(a) - mean(b): t_{df} · √(s_a²/n_a + s_b²/n_b),
     Welch–Satterthwaite df; NaN below two values a side (0 when neither side has spread)."""
-
     x, y = _values(a), _values(b)
     if len(x) < 2 or len(y) < 2:
         return float("nan")
@@ -132,7 +130,6 @@ def paired_differences(a: pd.Series, b: pd.Series) -> np.ndarray:
 def paired_t(diffs: Iterable[float], level: float = LEVEL) -> tuple[float, float, float]:
     """(mean, half-width, p) of per-seed differences: the one-sample t interval and two-sided t-test
     of mean 0. No spread: p = 0 if the mean is not 0, else 1; fewer than two pairs: NaN."""
-
     d = _values(diffs)
     if len(d) < 2:
         return (float(d.mean()) if len(d) else float("nan")), float("nan"), float("nan")
@@ -248,7 +245,6 @@ def ratio_interval(numerator: Sequence[float], denominator: Sequence[float], lev
     """mean(a) / mean(b) over paired samples (a_i, b_i), with Fieller's interval: the R for which
     mean(a) - R mean(b) is within the t interval of 0, i.e. (ā - R b̄)² <= t² (s_aa - 2R s_ab + R² s_bb) / n.
     Fieller, not the delta method: it stays exact when b̄ is small, where a ratio's interval is not symmetric."""
-
     a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
     if a.shape != b.shape:
         raise ValueError(f"ratio_interval needs paired samples; got {a.size} numerators and {b.size} denominators")

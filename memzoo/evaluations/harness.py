@@ -28,6 +28,8 @@ from memzoo.evaluations.generate import StreamingDecoder
 T = TypeVar("T")
 WORKER_DIED = "out of budget: the worker process died (killed, most likely for memory)"
 
+preload_in_workers(__name__)  # what an isolated evaluation's process imports, once in the fork server
+
 
 class Budgeted(Protocol):
     """An evaluation config with a budget: its time limit and `budget()` (the limits a row was measured under)."""
@@ -119,9 +121,6 @@ def measurements(device: torch.device) -> dict[str, Optional[float]]:
     """The process's peak resident memory, and the device's peak allocation on CUDA."""
     cuda = device.type == "cuda"
     return {"peak_rss_mb": peak_rss_mb(), "peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None}
-
-
-preload_in_workers(__name__)  # what an isolated evaluation's process imports, once in the fork server
 
 
 def run_isolated(worker: Callable[..., T], args: tuple, died: Callable[[], T]) -> T:

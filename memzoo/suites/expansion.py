@@ -97,16 +97,16 @@ def expand(suite: DictConfig) -> list[RunSpec]:
             for seed in suite.seeds:  # for every seed, then seeded and named
                 name = _run_name(method, point, seed, sweep)
                 if template is None:
-                    template, overrides = _unseeded_chain(suite, merged, method, options, point, sweep, name)
+                    template, seeded = _unseeded_chain(suite, merged, method, options, point, sweep, name)
                 chain = [copy.deepcopy(cfg) for cfg in template]
-                for cfg, seeded in zip(chain, seeded_stages(overrides) if overrides else [True]):
-                    if seeded:
+                for cfg, takes_seed in zip(chain, seeded):
+                    if takes_seed:
                         cfg.seed = int(seed)
                 chain[-1].name = name
                 if suite.backbone:  # the first stage starts from the shared backbone
                     chain[0].task.init_from, chain[0].task.init_backbone_only = str(root / "runs" / backbone_name(seed)), True
                 pretrain, stages, cfg = None, [], chain[-1]
-                if overrides:
+                if len(chain) > 1:
                     pretrain, *stages, cfg = name_chain(chain, root, name)
                 specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain, sweep, stages))
     names = [s.name for s in specs]
@@ -116,10 +116,10 @@ def expand(suite: DictConfig) -> list[RunSpec]:
 
 
 def _unseeded_chain(suite: DictConfig, merged: DictConfig, method: str, options: dict[str, Any], point: dict[str, Any],
-                    sweep: dict[str, Any], name: str) -> tuple[list[DictConfig], list[Any]]:
+                    sweep: dict[str, Any], name: str) -> tuple[list[DictConfig], list[bool]]:
     """A run's configs before its seed and names are set: [run] or [pretraining, stage 1, ...] (the stages
     the suite's `finetune:` makes, those within the memory's reach with `stop_at_reach`), each resolved
-    and checked (errors name the run `name`), and the stages' overrides."""
+    and checked (errors name the run `name`), and which of them take the run's seed (`seeded_stages`)."""
     root = suite_dir(suite)
     cfg = copy.deepcopy(merged)
     _apply_run_keys(cfg, {**sweep, **point})
@@ -135,7 +135,9 @@ def _unseeded_chain(suite: DictConfig, merged: DictConfig, method: str, options:
     overrides = stage_overrides(suite.finetune) if suite.finetune else []
     if overrides and suite.stop_at_reach:
         overrides = stages_within_reach(cfg, overrides)
-    return (merge_chain(cfg, overrides, name) if overrides else [cfg]), overrides
+    if not overrides:
+        return [cfg], [True]
+    return merge_chain(cfg, overrides, name), seeded_stages(overrides)
 
 
 def backbone_name(seed: int) -> str:
