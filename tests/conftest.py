@@ -1,7 +1,11 @@
 """Shared fixtures: the registered methods, their option variants (CASES) and the tiny backbone for CPU tests."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
@@ -79,3 +83,32 @@ def spy_train(monkeypatch, calls: list, kill: tuple[str, int] | None = None,
 
     train.real_train = real
     monkeypatch.setattr(module, "train", train)
+
+
+# Run by the installed console script (`memzoo --import PROBE list`) started in an empty folder.
+ELSEWHERE_PROBE = """
+import json
+from memzoo.publishing.references import load_references
+from memzoo.runs.configure import load_config
+from memzoo.training.backbones import load_shipped_backbone, shipped_dir
+weights = load_shipped_backbone("backbone:small-stdlib", load_config("local").model)
+print("elsewhere:", json.dumps({"shipped_dir": str(shipped_dir()), "tensors": len(weights),
+                                "numbers": sum(t.numel() for t in weights.values()),
+                                "quick_rows": len(load_references("quick"))}))
+"""
+
+
+@pytest.fixture(scope="session")
+def elsewhere(tmp_path_factory) -> dict[str, Any]:
+    """What the installed `memzoo` console script finds when started in an empty folder, the checkout
+    off its path: the shipped backbones' folder, the small backbone's tensors and numbers, the rows of
+    the shipped `quick` suite, and (`listed`) what `memzoo list` printed. One process for the tests of
+    test_cli, test_references and test_backbones: each start of an interpreter costs seconds."""
+    exe = shutil.which("memzoo")
+    assert exe is not None, "the memzoo console script is not on PATH"
+    probe = tmp_path_factory.mktemp("probe") / "elsewhere_probe.py"
+    probe.write_text(ELSEWHERE_PROBE)
+    out = subprocess.run([exe, "--import", str(probe), "list"], cwd=tmp_path_factory.mktemp("elsewhere"),
+                         capture_output=True, text=True, check=True).stdout
+    (line,) = [x for x in out.splitlines() if x.startswith("elsewhere: ")]
+    return {**json.loads(line.removeprefix("elsewhere: ")), "listed": out}

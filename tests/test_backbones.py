@@ -3,8 +3,6 @@ one starts with exactly its weights and its own memory parameters, and a model o
 refused in one line naming both hashes."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -89,26 +87,14 @@ def test_wrong_uses_are_refused_by_name(use_shipped, tmp_path, extra, message) -
         train(config(tmp_path, "xl", "name=w", *extra), progress=False, evaluate_at_end=False)
 
 
-@pytest.fixture(scope="module")
-def from_elsewhere(tmp_path_factory) -> list[str]:
-    """What a fresh interpreter started in an empty folder finds (one interpreter for both tests below:
-    each start costs seconds): the shipped folder, its index, and the small backbone's tensors and numbers."""
-    code = ("from memzoo.training.backbones import load_shipped_backbone, shipped_dir, shipped_index; "
-            "from memzoo.runs.configure import load_config; print(shipped_dir()); print(shipped_index()); "
-            "w = load_shipped_backbone('backbone:small-stdlib', load_config('local').model); "
-            "print(len(w), sum(t.numel() for t in w.values()))")
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path_factory.mktemp("elsewhere"), capture_output=True,
-                          text=True, check=True).stdout.splitlines()
-
-
-def test_the_shipped_folder_is_found_from_any_working_directory(from_elsewhere: list[str]) -> None:
-    folder = Path(from_elsewhere[0])  # the installed package's folder there, or this checkout's
+def test_the_shipped_folder_is_found_from_any_working_directory(elsewhere) -> None:
+    folder = Path(elsewhere["shipped_dir"])  # the installed package's folder there, or this checkout's
     assert folder.parent.name == "memzoo" and (folder / "index.json").is_file()
     assert (folder / "index.json").read_text() == (shipped_dir() / "index.json").read_text()  # the same shipped backbones
 
 
-def test_the_shipped_small_backbone_loads_from_any_folder_for_the_small_preset(from_elsewhere: list[str]) -> None:
-    tensors, numbers = map(int, from_elsewhere[-1].split())
+def test_the_shipped_small_backbone_loads_from_any_folder_for_the_small_preset(elsewhere) -> None:
+    tensors, numbers = elsewhere["tensors"], elsewhere["numbers"]
     # every weight of the small preset's local model: 821,504 parameters, the tied head a second name
     # for the embedding in the state dict (256 x 128 = 32,768 numbers counted twice)
     assert tensors > 10 and numbers == 821_504 + 256 * 128

@@ -198,6 +198,32 @@ def test_sweep_and_dotted_grid_keys_set_run_config_values(tmp_path: Path) -> Non
         expand(load_suite("capacity", ["methods=[local]", "sweep={train.lrr: [0.001]}"]))
 
 
+def test_a_null_grid_value_is_the_run_without_that_key() -> None:
+    """lm-window-copy's `memorizing: {mem_len: [0], store_size: [null, 256, 64]}`: the null point is the run
+    the grid made before store_size was added (the name and config of the shipped rows), and its rows carry
+    the value the run has; a row shipped before the key gets it when rows are added (`freeze --add`), so
+    the tables label all three sizes."""
+    from memzoo.analysis.results import variant_labels
+    from memzoo.publishing.references import load_references, with_grid_columns
+    from memzoo.suites.compare import expand
+    from memzoo.training.curriculum import config_hash
+
+    specs = expand(load_suite("lm-window-copy", ["methods=[memorizing]", "seeds=[0]"]))
+    assert [s.name for s in specs] == ["memorizing-mem_len0-s0", "memorizing-mem_len0-store_size256-s0",
+                                       "memorizing-mem_len0-store_size64-s0"]
+    assert [s.cfg.memory.store_size for s in specs] == [1024, 256, 64]
+    assert [s.grid["store_size"] for s in specs] == [1024, 256, 64]  # the rows' grid columns: the value each run has
+    shipped = load_references("lm-window-copy").set_index("name")
+    assert config_hash(specs[0].cfg) == shipped.loc["memorizing-mem_len0-s0", "config_hash"]
+    rows = pd.DataFrame([{"method": s.method, **{f"grid_{k}": v for k, v in s.grid.items()}} for s in specs])
+    assert variant_labels(rows).tolist() == ["memorizing store_size=1024", "memorizing store_size=256",
+                                             "memorizing store_size=64"]
+    before = pd.DataFrame({"name": ["memorizing-mem_len0-s0", "local-s0"], "method": ["memorizing", "local"],
+                           "grid_mem_len": [0, None]})  # shipped before the grid had store_size
+    filled = with_grid_columns(before, "lm-window-copy")
+    assert filled["grid_store_size"].tolist()[0] == 1024 and pd.isna(filled["grid_store_size"].tolist()[1])
+
+
 def test_model_init_torch_uses_pytorchs_default_scales() -> None:
     """model.init=torch: embeddings N(0, 1) (the tied head with them), linears kaiming-uniform
     (std 1/sqrt(3 fan_in)); the default keeps normal(0.02); anything else is an error naming it."""

@@ -3,8 +3,6 @@ only such rows, and the tables load from an installed package in any working fol
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -165,9 +163,7 @@ def test_config_hash_ignores_folders_but_not_what_is_trained() -> None:
     assert config_hash(changed) != config_hash(spec.cfg)
 
 
-def test_references_load_from_the_installed_package_anywhere(tmp_path: Path) -> None:
+def test_references_load_from_the_installed_package_anywhere(elsewhere) -> None:
     """After `pip install .` the tables are package data: a fresh interpreter in an empty folder
     finds the same rows (the checkout is not on its path)."""
-    code = "from memzoo.publishing.references import load_references; print(len(load_references('quick')))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
-    assert int(out.stdout.strip()) == len(load_references("quick"))
+    assert elsewhere["quick_rows"] == len(load_references("quick")) > 0

@@ -93,6 +93,21 @@ def suite_hashes(suite: str, methods: Optional[list[str]] = None) -> dict[str, s
     return {spec.name: config_hash(spec.cfg) for spec in expand(load_suite(suite, overrides))}
 
 
+def with_grid_columns(rows: pd.DataFrame, suite: str) -> pd.DataFrame:
+    """Shipped rows with the grid columns the suite's current runs of their names have, where a row lacks
+    one (a key added to a method's grid later, with null keeping these runs as they were)."""
+    grids = {spec.name: spec.grid for spec in expand(load_suite(suite, [f"methods=[{','.join(sorted(rows['method'].unique()))}]"]))}
+    rows = rows.copy()
+    for i, name in rows["name"].astype(str).items():
+        for key, value in grids.get(name, {}).items():
+            column = f"grid_{key.rsplit('.', 1)[-1]}"
+            if column not in rows.columns:
+                rows[column] = None
+            if pd.isna(rows.at[i, column]):
+                rows.at[i, column] = value
+    return rows
+
+
 @dataclass
 class Frozen:
     rows: int
@@ -131,6 +146,7 @@ def freeze(results: Path, suite: str, out_dir: Optional[Path] = None, add: bool 
     shipped = table.loc[keep].drop(columns=["run_dir"]).assign(config_hash=hashes, memzoo_version=memzoo_version())
     hours = training_hours([Path(str(table.loc[i, "run_dir"])) for i in keep])
     if previous is not None:
+        previous = with_grid_columns(previous, suite)
         before = index.get(suite, {}).get(HOURS)
         devices |= {d for d in index.get(suite, {}).get(DEVICE, "").split(", ") if d}
         shipped = pd.concat([previous, shipped], ignore_index=True)

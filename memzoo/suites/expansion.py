@@ -43,15 +43,28 @@ class RunSpec:
 
 
 def _grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values. A null value leaves that option as the run would have it
+    without the key: the run's name and config are those the grid makes without it (`set_values`)."""
     if not grid:
         return [{}]
     keys = list(grid)
     return [dict(zip(keys, values)) for values in itertools.product(*(list(grid[k]) for k in keys))]
 
 
+def set_values(point: dict[str, Any]) -> dict[str, Any]:
+    """The values a grid point sets (its nulls left out)."""
+    return {k: v for k, v in point.items() if v is not None}
+
+
 def _run_name(method: str, point: dict[str, Any], seed: int, sweep: Optional[dict[str, Any]] = None) -> str:
-    tag = "".join(f"-{k.rsplit('.', 1)[-1]}{v}" for k, v in {**point, **(sweep or {})}.items())
+    tag = "".join(f"-{k.rsplit('.', 1)[-1]}{v}" for k, v in {**set_values(point), **(sweep or {})}.items())
     return f"{method}{tag}-s{seed}"
+
+
+def grid_values(point: dict[str, Any], cfg: DictConfig) -> dict[str, Any]:
+    """The point as its run has it: a null replaced by the value the run's config holds (its rows' grid
+    columns then label it)."""
+    return {k: (v if v is not None else OmegaConf.select(cfg, k if "." in k else f"memory.{k}")) for k, v in point.items()}
 
 
 def sweep_points(suite: DictConfig) -> list[dict[str, Any]]:
@@ -108,7 +121,7 @@ def expand(suite: DictConfig) -> list[RunSpec]:
                 pretrain, stages, cfg = None, [], chain[-1]
                 if len(chain) > 1:
                     pretrain, *stages, cfg = name_chain(chain, root, name)
-                specs.append(RunSpec(name, method, int(seed), cfg, point, pretrain, sweep, stages))
+                specs.append(RunSpec(name, method, int(seed), cfg, grid_values(point, cfg), pretrain, sweep, stages))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError("two suite runs share a name; check the grid and seeds for duplicates")
@@ -122,8 +135,8 @@ def _unseeded_chain(suite: DictConfig, merged: DictConfig, method: str, options:
     and checked (errors name the run `name`), and which of them take the run's seed (`seeded_stages`)."""
     root = suite_dir(suite)
     cfg = copy.deepcopy(merged)
-    _apply_run_keys(cfg, {**sweep, **point})
-    cfg.memory = {"name": method, **options, **{k: v for k, v in point.items() if "." not in k}}
+    _apply_run_keys(cfg, {**sweep, **set_values(point)})
+    cfg.memory = {"name": method, **options, **{k: v for k, v in set_values(point).items() if "." not in k}}
     cfg.methods = {}
     cfg.out_dir = str(root / "runs")
     cfg = resolve(merge_checked(run_schema(), cfg, where=f"suite run {name}"))

@@ -21,7 +21,8 @@ class SuiteConfig:
     methods: Any = "all"  # "all": every registered method (plugins from other packages too), or a list
     exclude: list[str] = field(default_factory=list)
     options: Any = field(default_factory=dict)  # {method: {memory option: value}}
-    # {method: {memory option or dotted run-config key (model.n_heads): [values, ...]}}: one run per combination
+    # {method: {memory option or dotted run-config key (model.n_heads): [values, ...]}}: one run per combination;
+    # null among the values is the option's default (that run named and configured as without the key)
     grid: Any = field(default_factory=dict)
     seeds: list[int] = field(default_factory=lambda: [0])
     token_budget: Optional[int] = None  # training bytes per run, the same for every method (sets train.steps)
