@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from memzoo.publishing.overview import overview_table
+from memzoo.publishing.overview import LM_SUITE, overview_table
 from memzoo.publishing.references import load_references
 from memzoo.publishing.shipped import shipped_rows
 
@@ -31,7 +31,7 @@ def sources() -> dict[str, pd.DataFrame]:
         ("local", "local", 0, 1.0), ("xl", "xl mem_len=33", 0, 0.6), ("xl", "xl mem_len=128", 0, 0.8),
         ("gated-deltanet", "gated-deltanet", 0, 0.4), ("gated-deltanet", "gated-deltanet", 1024, 0.95)]],
         columns=["suite", "method", "variant", "carried_bytes", "speed_vs_local"])
-    return {"lm-window": window, "capacity-top": some("capacity-top", ["local", "deltanet", "titans-mac"]),
+    return {LM_SUITE: window, "capacity-top": some("capacity-top", ["local", "deltanet", "titans-mac"]),
             "distance": some("distance", ["local", "infini-delta", "xl", "rmt"]), "gpu-speed": gpu, "cpu-cost": cpu}
 
 
