@@ -26,6 +26,7 @@ from memzoo.runs.configure import saved_run_config
 from memzoo.training.curriculum import config_hash
 from memzoo.conformance.catalog import rounding_sensitive
 from memzoo.suites.compare import expand, load_suite
+from memzoo.suites.expansion import RunSpec, grid_columns
 
 SHIPPED_SUITES = ("lm-window", "lm-window-copy", "lm-stream", "lm-stream-sotu", "lm-stream-gpu", "quick", "capacity-top", "distance")
 INDEX = "index.json"
@@ -87,20 +88,24 @@ def load_rows(name: str) -> pd.DataFrame:
     return load_measured(name) if name in MEASURED else load_references(name)
 
 
+def suite_specs(suite: str, methods: Optional[list[str]] = None) -> dict[str, RunSpec]:
+    """Run name -> spec of every run the suite's current config makes (optionally for some methods)."""
+    overrides = [f"methods=[{','.join(methods)}]"] if methods else None
+    return {spec.name: spec for spec in expand(load_suite(suite, overrides))}
+
+
 def suite_hashes(suite: str, methods: Optional[list[str]] = None) -> dict[str, str]:
     """Run name -> config hash of every run the suite's current config makes (optionally for some methods)."""
-    overrides = [f"methods=[{','.join(methods)}]"] if methods else None
-    return {spec.name: config_hash(spec.cfg) for spec in expand(load_suite(suite, overrides))}
+    return {name: config_hash(spec.cfg) for name, spec in suite_specs(suite, methods).items()}
 
 
 def with_grid_columns(rows: pd.DataFrame, suite: str) -> pd.DataFrame:
     """Shipped rows with the grid columns the suite's current runs of their names have, where a row lacks
     one (a key added to a method's grid later, with null keeping these runs as they were)."""
-    grids = {spec.name: spec.grid for spec in expand(load_suite(suite, [f"methods=[{','.join(sorted(rows['method'].unique()))}]"]))}
+    specs = suite_specs(suite, sorted(rows["method"].unique()))
     rows = rows.copy()
     for i, name in rows["name"].astype(str).items():
-        for key, value in grids.get(name, {}).items():
-            column = f"grid_{key.rsplit('.', 1)[-1]}"
+        for column, value in grid_columns(specs[name].grid if name in specs else {}).items():
             if column not in rows.columns:
                 rows[column] = None
             if pd.isna(rows.at[i, column]):

@@ -41,6 +41,7 @@ from memzoo.runs.configure import build_model
 from memzoo.training.backbones import is_shipped, load_shipped_backbone
 from memzoo.training.windows import train_window
 from memzoo.suites.compare import expand, load_suite
+from memzoo.suites.expansion import grid_columns
 
 REFERENCE = "local"  # the variant every speed is taken against (the window floor in lm-window)
 CARRIED = (0, 1024, 3072)  # bytes streamed before the timed window: a document's first window, its second, its fourth
@@ -109,7 +110,7 @@ def suite_variants(suite: str, overrides: Sequence[str] = (), methods: Optional[
     specs = expand(load_suite(suite, ["seeds=[0]", *overrides]))
     keep = None if methods is None else {*methods, REFERENCE}
     specs = [s for s in specs if keep is None or s.method in keep]
-    grid = pd.DataFrame([{"method": s.method, **{f"grid_{k}": v for k, v in s.grid.items()}} for s in specs])
+    grid = pd.DataFrame([{"method": s.method, **grid_columns(s.grid)} for s in specs])
     labels = variant_labels(grid).tolist()
     variants = [Variant(label, s.method, s.cfg) for label, s in zip(labels, specs)]
     return sorted(variants, key=lambda v: v.method != REFERENCE)  # stable: the suite's order after the reference

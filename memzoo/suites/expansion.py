@@ -43,8 +43,7 @@ class RunSpec:
 
 
 def _grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Every combination of the grid's values. A null value leaves that option as the run would have it
-    without the key: the run's name and config are those the grid makes without it (`set_values`)."""
+    """Every combination of the grid's (or the sweep's) values."""
     if not grid:
         return [{}]
     keys = list(grid)
@@ -52,7 +51,8 @@ def _grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 
 def set_values(point: dict[str, Any]) -> dict[str, Any]:
-    """The values a grid point sets (its nulls left out)."""
+    """The values a grid point sets: a null leaves that option as the run would have it without the key,
+    so the run's name and config are those the grid makes without it."""
     return {k: v for k, v in point.items() if v is not None}
 
 
@@ -65,6 +65,11 @@ def grid_values(point: dict[str, Any], cfg: DictConfig) -> dict[str, Any]:
     """The point as its run has it: a null replaced by the value the run's config holds (its rows' grid
     columns then label it)."""
     return {k: (v if v is not None else OmegaConf.select(cfg, k if "." in k else f"memory.{k}")) for k, v in point.items()}
+
+
+def grid_columns(grid: dict[str, Any]) -> dict[str, Any]:
+    """A run's grid values as its table row's columns: grid_mem_len, ...; a run-config key by its last part."""
+    return {f"grid_{key.rsplit('.', 1)[-1]}": value for key, value in grid.items()}
 
 
 def sweep_points(suite: DictConfig) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from memzoo.runs.disk import atomic_write
 from memzoo.training.curriculum import config_matches
 from memzoo.diagnose.training_stages import stage_columns
 from memzoo.evaluations.registry import table_columns
-from memzoo.suites.expansion import RunSpec
+from memzoo.suites.expansion import RunSpec, grid_columns
 
 
 def result_row(run_dir: Path, spec_grid: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -20,8 +20,7 @@ def result_row(run_dir: Path, spec_grid: Optional[dict[str, Any]] = None) -> dic
     (memzoo.evaluations.registry; bpb by segment as bpb_seg_<i>, the long-range rows as TASK_json)."""
     row = table_columns(json.loads((run_dir / "result.json").read_text()))
     row["run_dir"] = str(run_dir)
-    for key, value in (spec_grid or {}).items():  # grid_mem_len, ...; a run-config key by its last part
-        row[f"grid_{key.rsplit('.', 1)[-1]}"] = value
+    row.update(grid_columns(spec_grid or {}))
     return row
 
 
