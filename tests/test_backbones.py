@@ -99,3 +99,13 @@ def test_the_shipped_small_backbone_loads_from_any_folder_for_the_small_preset(e
     # for the embedding in the state dict (256 x 128 = 32,768 numbers counted twice)
     assert tensors > 10 and numbers == 821_504 + 256 * 128
 
+
+
+def test_a_rope_base_change_loads_only_when_asked_and_only_alone(use_shipped, tmp_path) -> None:
+    base = ("name=r", "model.rope_base=1000000", "task.init_from=backbone:tiny", "task.init_backbone_only=true")
+    with pytest.raises(ConfigError, match="rope_base"):  # not asked: refused, naming the key
+        load_shipped_backbone("backbone:tiny", config(tmp_path, "xl", *base).model)
+    weights = load_shipped_backbone("backbone:tiny", config(tmp_path, "xl", *base).model, rebase_rope=True)
+    assert all(torch.equal(t, w) for t, w in zip(weights.values(), torch.load(use_shipped / "tiny.pt", weights_only=True).values()))
+    with pytest.raises(ConfigError, match="d_model"):  # asked, but another key differs as well: still refused
+        load_shipped_backbone("backbone:tiny", config(tmp_path, "xl", *base, "model.d_model=64").model, rebase_rope=True)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
-from memzoo.core.config import ModelConfig, TrainConfig
+from memzoo.core.config import ConfigError, ModelConfig, TrainConfig
 from memzoo.core.losses import token_nll
 from memzoo.core.model import MemoryModel
 from memzoo.data.copy_reads import PRINTABLE, CopyReads
@@ -102,3 +103,39 @@ def test_the_stream_sampler_mixes_copy_reads_at_the_share_asked(tmp_path):
     assert torch.equal(again.tokens, batch.tokens)  # deterministic in (seed, step)
     # a read that is not a copy read is the document the sampler without them reads there, exactly
     assert torch.equal(plain.sample(0, 200, cap).tokens[~copy], batch.tokens[~copy])
+
+
+def test_pair_reads_write_each_chunk_twice_d_apart_into_the_text():
+    gen = torch.Generator().manual_seed(0)
+    text = torch.full((4097,), 0, dtype=torch.long)  # byte 0 is not printable: every chunk byte shows
+    reads = CopyReads(1.0, 16, 4095, layout="pairs")
+    for _ in range(10):
+        x = reads.write_pairs(text, gen)
+        written = x != 0
+        assert 0.3 < float(written.double().mean()) <= 0.5 + 128 / 4097  # about half, never much more
+        assert bool(torch.isin(x[written], PRINTABLE).all())
+        # the written bytes are runs of 16..64; each run is the one before it at some distance d >= 16,
+        # found as the first earlier run with the same bytes, and nothing else is touched
+        edges = torch.diff(written.long(), prepend=torch.zeros(1, dtype=torch.long), append=torch.zeros(1, dtype=torch.long))
+        starts, ends = torch.nonzero(edges == 1).flatten().tolist(), torch.nonzero(edges == -1).flatten().tolist()
+        runs = [x[a:b] for a, b in zip(starts, ends)]
+        assert len(runs) % 2 == 0 or any(len(r) > 64 for r in runs)  # adjacent chunks may touch and merge
+        singles = [(a, r) for a, r in zip(starts, runs) if 16 <= len(r) <= 64]
+        paired = sum(any(torch.equal(r, q) and b != a for b, q in singles) for a, r in singles)
+        assert paired >= 0.8 * len(singles), (paired, len(singles))
+    assert torch.equal(text, torch.zeros(4097, dtype=torch.long))  # the document itself is not written to
+
+
+def test_pair_reads_keep_the_document_around_the_chunks(tmp_path):
+    from memzoo.data.corpus import Document
+
+    docs = [Document(f"d{i}", bytes([97 + i % 26]) * 3000) for i in range(10)]
+    n, cap = 32, 8
+    sampler = StreamSampler(docs, n, seed=0, max_doc_segments=cap, copy=CopyReads(1.0, 4, 64, "pairs", 4, 8))
+    plain = StreamSampler(docs, n, seed=0, max_doc_segments=cap)
+    rows, text = sampler.sample(0, 50, cap).tokens.flatten(1), plain.sample(0, 50, cap).tokens.flatten(1)  # [50, 256]
+    changed = rows != text
+    assert 0.3 < float(changed.double().mean()) <= 0.5 + 16 / 257  # chunks written over about half of each read
+    assert bool((rows[~changed] == text[~changed]).all()) and bool(torch.isin(rows[changed], PRINTABLE).all())
+    with pytest.raises(ConfigError, match="train.copy_layout='spiral'; expected one of periodic, pairs"):
+        CopyReads(1.0, 4, 64, layout="spiral")

@@ -94,6 +94,10 @@ class TrainConfig:
     # backbone learns to copy at every distance it reads; 0: corpus documents only
     copy_share: float = 0.0
     copy_distance: list[int] = field(default_factory=lambda: [16, 4095])
+    # how a copy read is laid out: "periodic" (the string above) or "pairs" (the read's own document with
+    # random printable chunks of 16..64 bytes written twice, d apart, d drawn as above: one earlier
+    # occurrence inside text, as the copy probe and natural text have it)
+    copy_layout: str = "periodic"
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 30
@@ -146,6 +150,11 @@ class TaskConfig:
     # shared by every method) and leave this memory's own parameters at their initialisation: a
     # memory added to a pretrained transformer, as the Infini-attention and RMT papers do
     init_backbone_only: bool = False
+    # True: a shipped backbone trained at another model.rope_base loads into this model, the base the one
+    # difference allowed (any other still refuses). Training then re-learns the positions: a larger base
+    # keeps more rotary pairs nearly still over long distances, so a head can match content there
+    # ("adjusted base frequency", Xiong et al. 2023; docs/protocols/backbone.md, stage R).
+    rebase_rope: bool = False
     lengths: list[int] = field(default_factory=lambda: [1024, 2048])  # example bytes; one drawn per step
     loss: str = "answer"  # answer: loss on the answer bytes only | all: on every byte
     key_digits: int = 5  # passkey: digits of the key

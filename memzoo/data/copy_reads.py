@@ -7,6 +7,11 @@ it (the string has no structure). d is drawn log-uniformly in [min_distance, max
 so short and long distances are trained alike. As d varies from read to read, no head that looks a
 fixed distance back predicts them: only a lookup by content (an induction head) does, which natural
 text, repeating too rarely, teaches too slowly for a CPU budget (docs/protocols/backbone.md).
+
+Layout "pairs" keeps the read's own document and writes random printable chunks (16..64 bytes) into
+it twice, d apart: each chunk has one earlier occurrence, inside text, as the copy probe
+(memzoo.evaluations.copy_distance) and natural repeats have it, where a periodic read lets a model
+continue the string from any earlier period without telling text from what to copy.
 """
 from __future__ import annotations
 
@@ -28,8 +33,15 @@ class CopyReads:
     share: float
     min_distance: int
     max_distance: int
+    layout: str = "periodic"  # periodic | pairs (module docstring)
+    min_chunk: int = 16
+    max_chunk: int = 64
+
+    LAYOUTS = ("periodic", "pairs")
 
     def __post_init__(self) -> None:
+        if self.layout not in self.LAYOUTS:
+            raise ConfigError(f"train.copy_layout={self.layout!r}; expected one of {', '.join(self.LAYOUTS)}")
         if not 0.0 <= self.share <= 1.0:
             raise ConfigError(f"train.copy_share={self.share}; expected a fraction in [0, 1]")
         if not 1 <= self.min_distance <= self.max_distance:
@@ -47,3 +59,24 @@ class CopyReads:
         d = self.distance(gen)
         string = PRINTABLE[torch.randint(len(PRINTABLE), (d,), generator=gen)]  # [d]
         return string.repeat(-(-length // d))[:length]
+
+    def write_pairs(self, text: Tensor, gen: torch.Generator, tries: int = 64) -> Tensor:
+        """`text` with random printable chunks written twice each, the second copy's bytes each exactly d
+        after the first's (d drawn as `distance`), the pairs never overlapping, until half the bytes are
+        chunks or `tries` draws found no free place. [len(text)] (a new tensor)"""
+        out, taken = text.clone(), torch.zeros(len(text), dtype=torch.bool)  # [L], [L]
+        for _ in range(tries):
+            if int(taken.sum()) * 2 >= len(text):
+                break
+            m = int(torch.randint(self.min_chunk, self.max_chunk + 1, (), generator=gen))
+            d = max(self.distance(gen), m)  # the second copy starts after the first ends
+            if d + m > len(text):
+                continue
+            p = int(torch.randint(len(text) - d - m + 1, (), generator=gen))
+            first, second = slice(p, p + m), slice(p + d, p + d + m)
+            if bool(taken[first].any() or taken[second].any()):
+                continue
+            chunk = PRINTABLE[torch.randint(len(PRINTABLE), (m,), generator=gen)]  # [m]
+            out[first], out[second] = chunk, chunk
+            taken[first], taken[second] = True, True
+        return out

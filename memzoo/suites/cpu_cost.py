@@ -137,7 +137,7 @@ def model_of(cfg: DictConfig) -> torch.nn.Module:
     torch.manual_seed(int(cfg.seed))
     model = build_model(cfg)
     if is_shipped(cfg.task.init_from):
-        load_backbone(model, load_shipped_backbone(cfg.task.init_from, cfg.model), cfg.task.init_from)
+        load_backbone(model, load_shipped_backbone(cfg.task.init_from, cfg.model, rebase_rope=cfg.task.rebase_rope), cfg.task.init_from)
     return model.train()
 
 

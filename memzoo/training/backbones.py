@@ -59,15 +59,19 @@ def shipped_index(root: Optional[Path] = None) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def load_shipped_backbone(init_from: str, model_cfg: DictConfig, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """The weights of `backbone:NAME`, refused unless they were trained for this model config."""
+def load_shipped_backbone(init_from: str, model_cfg: DictConfig, device: str | torch.device = "cpu",
+                          rebase_rope: bool = False) -> dict[str, torch.Tensor]:
+    """The weights of `backbone:NAME`, refused unless they were trained for this model config (with
+    `rebase_rope`, for this config at any model.rope_base: task.rebase_rope)."""
     name = str(init_from)[len(PREFIX):]
     index = shipped_index()
     if name not in index:
         raise ConfigError(f"task.init_from={init_from!r}: no shipped backbone {name!r}; shipped: {sorted(index) or 'none'}")
     record, mine = index[name], backbone_hash(model_cfg)
+    differs = {k: (record["model"].get(k), v) for k, v in backbone_config(model_cfg).items() if record["model"].get(k) != v}
+    if rebase_rope and set(differs) <= {"rope_base"}:
+        mine = record["model_hash"]  # re-based on purpose: the weights' shapes and vocabulary are this model's
     if record["model_hash"] != mine:
-        differs = {k: (record["model"].get(k), v) for k, v in backbone_config(model_cfg).items() if record["model"].get(k) != v}
         raise ConfigError(f"task.init_from={init_from!r} was trained for model config {record['model_hash']}, this model is "
                           f"{mine} (shipped vs this: {differs})")
     return torch.load(shipped_dir() / record["file"], map_location=device, weights_only=True)

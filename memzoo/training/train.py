@@ -70,7 +70,7 @@ def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
                           "draws independent examples (use task.name=lm, or carry_state=false)")
     if cfg.task.name == "lm":
         docs = split_documents(load_documents(cfg.data), cfg.data)
-        copy = CopyReads(float(tc.copy_share), *[int(d) for d in tc.copy_distance])
+        copy = CopyReads(float(tc.copy_share), *[int(d) for d in tc.copy_distance], layout=str(tc.copy_layout))
         if copy.share > 0 and not tc.carry_state:
             raise ConfigError(f"train.copy_share={tc.copy_share} applies to train.carry_state=true only "
                               "(copy reads are read like documents); set carry_state=true or leave it 0")
@@ -148,7 +148,7 @@ def _train(cfg: DictConfig, run_dir: Path, resume: bool, evaluate_at_end: bool,
         if not cfg.task.init_backbone_only:
             raise ConfigError(f"task.init_from={cfg.task.init_from!r} is a shipped backbone (no memory weights): "
                               "set task.init_backbone_only=true")
-        load_backbone(model, load_shipped_backbone(cfg.task.init_from, cfg.model, device), cfg.task.init_from)
+        load_backbone(model, load_shipped_backbone(cfg.task.init_from, cfg.model, device, cfg.task.rebase_rope), cfg.task.init_from)
     elif cfg.task.init_from and cfg.task.init_backbone_only:
         load_backbone(model, load_run_weights(cfg.task.init_from, device), cfg.task.init_from)
     elif cfg.task.init_from:
