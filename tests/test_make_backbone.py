@@ -28,6 +28,7 @@ def test_the_command_ships_a_backbone_with_its_card_that_a_fine_tune_loads(tmp_p
     assert main(argv) == 0
     card = json.loads((dest / "index.json").read_text())["tinycopy"]
     assert card["recipe"]["copy_share"] == 0.25 and card["recipe"]["method"] == "full"
+    assert card["recipe"]["copy_layout"] == "periodic" and card["recipe"]["rope_base"] == 10000.0
     assert card["steps"] == 3 and card["valid_bpb"] > 0
     # the probe ran at the distances within the 64-byte reads only, for both kinds of chunk
     assert sorted({(r["kind"], r["distance"]) for r in card["copy_probe"]}) == [
