@@ -100,7 +100,6 @@ def test_the_shipped_small_backbone_loads_from_any_folder_for_the_small_preset(e
     assert tensors > 10 and numbers == 821_504 + 256 * 128
 
 
-
 def test_a_rope_base_change_loads_only_when_asked_and_only_alone(use_shipped, tmp_path) -> None:
     base = ("name=r", "model.rope_base=1000000", "task.init_from=backbone:tiny", "task.init_backbone_only=true")
     with pytest.raises(ConfigError, match="rope_base"):  # not asked: refused, naming the key

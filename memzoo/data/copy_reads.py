@@ -60,6 +60,16 @@ class CopyReads:
         string = PRINTABLE[torch.randint(len(PRINTABLE), (d,), generator=gen)]  # [d]
         return string.repeat(-(-length // d))[:length]
 
+    def read(self, document: Tensor, doc_segments: int, segments: int, segment_len: int,
+             gen: torch.Generator) -> tuple[Tensor, int]:
+        """A copy read in place of `document` (its bytes [T], `doc_segments` long), `segments` long at most:
+        (its bytes, its segments). Periodic: the string, `segments` long; pairs: the document's head with
+        chunks written into it."""
+        if self.layout == "periodic":
+            return self.make(segments * segment_len + 1, gen), segments
+        length = min(doc_segments, segments)
+        return self.write_pairs(document[: length * segment_len + 1], gen), length
+
     def write_pairs(self, text: Tensor, gen: torch.Generator, tries: int = 64) -> Tensor:
         """`text` with random printable chunks written twice each, the second copy's bytes each exactly d
         after the first's (d drawn as `distance`), the pairs never overlapping, until half the bytes are

@@ -115,10 +115,8 @@ class StreamSampler:
         doc = int(torch.multinomial(self.nseg, 1, generator=gen))
         if self.copy is not None and float(torch.rand((), generator=gen)) < self.copy.share:
             assert self.cap is not None
-            if self.copy.layout == "periodic":
-                return self.copy.make(self.cap * self.n + 1, gen), 0, self.cap
-            length = min(int(self.nseg[doc]), self.cap)  # pairs: the document's head, chunks written into it
-            return self.copy.write_pairs(self.docs[doc][: length * self.n + 1], gen), 0, length
+            data, length = self.copy.read(self.docs[doc], int(self.nseg[doc]), self.cap, self.n, gen)
+            return data, 0, length
         total = int(self.nseg[doc])
         length = total if self.cap is None else min(total, self.cap)
         start = 0

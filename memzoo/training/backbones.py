@@ -69,9 +69,8 @@ def load_shipped_backbone(init_from: str, model_cfg: DictConfig, device: str | t
         raise ConfigError(f"task.init_from={init_from!r}: no shipped backbone {name!r}; shipped: {sorted(index) or 'none'}")
     record, mine = index[name], backbone_hash(model_cfg)
     differs = {k: (record["model"].get(k), v) for k, v in backbone_config(model_cfg).items() if record["model"].get(k) != v}
-    if rebase_rope and set(differs) <= {"rope_base"}:
-        mine = record["model_hash"]  # re-based on purpose: the weights' shapes and vocabulary are this model's
-    if record["model_hash"] != mine:
+    rebased = rebase_rope and set(differs) <= {"rope_base"}  # on purpose: the weights' shapes and vocabulary are this model's
+    if record["model_hash"] != mine and not rebased:
         raise ConfigError(f"task.init_from={init_from!r} was trained for model config {record['model_hash']}, this model is "
                           f"{mine} (shipped vs this: {differs})")
     return torch.load(shipped_dir() / record["file"], map_location=device, weights_only=True)
