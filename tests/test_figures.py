@@ -15,6 +15,7 @@ from memzoo.core.plugins import registered
 from memzoo.publishing.figures import (ARCHIVED, FIGURES, ROWS_KEY, all_tables, pages, png_text, render, rows_stamp,
                                    stale_figures, stale_pages)
 from memzoo.publishing.facts import all_facts, bpb_facts, render_facts
+from memzoo.publishing.overview import LM_SUITE
 from memzoo.publishing.references import MEASURED, load_references
 from memzoo.publishing.tables import TABLES, markdown
 
@@ -57,7 +58,7 @@ def test_the_numbers_in_prose_equal_those_of_the_shipped_rows(shipped: dict[str,
     headline's: `full` against the window floor from the backbone that copies)."""
     assert not stale_pages(ROOT, tables=shipped, facts=facts)
     readme = (ROOT / "README.md").read_text()
-    assert f"<!-- fact:lm-window-copy.full.after -->{facts['lm-window-copy.full.after']}<!-- /fact -->" in readme
+    assert f"<!-- fact:{LM_SUITE}.full.after -->{facts[f'{LM_SUITE}.full.after']}<!-- /fact -->" in readme
 
 
 def test_a_changed_shipped_row_makes_its_fact_stale(shipped: dict[str, str], facts: dict[str, str]) -> None:

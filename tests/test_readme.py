@@ -6,6 +6,8 @@ from pathlib import Path
 
 import torch
 
+from memzoo.publishing.overview import LM_SUITE
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
@@ -111,11 +113,11 @@ def test_a_newcomer_meets_the_commands_the_figure_and_the_overview_before_any_re
     text = README.read_text()
     at = {name: text.index(marker) for name, marker in (
         ("install", "pip install . && memzoo compare"), ("tests", 'pip install ".[dev,docs]" && pytest -q'),
-        ("figure", "](docs/lm-window-copy/headroom.png)"), ("headline", "<!-- generated:lm-window-copy-table -->"),
+        ("figure", f"](docs/{LM_SUITE}/headroom.png)"), ("headline", f"<!-- generated:{LM_SUITE}-table -->"),
         ("overview", "<!-- generated:overview -->"), ("register", "## Register a memory"))}
     assert list(at) == sorted(at, key=at.get), at
-    assert re.search(r"!\[[^\]]*\]\(([^)]+)\)", text).group(1) == "docs/lm-window-copy/headroom.png", "a figure before the headline"
-    assert re.findall(r"<!-- generated:([a-z0-9-]+) -->", text) == ["lm-window-copy-table", "overview"]
+    assert re.search(r"!\[[^\]]*\]\(([^)]+)\)", text).group(1) == f"docs/{LM_SUITE}/headroom.png", "a figure before the headline"
+    assert re.findall(r"<!-- generated:([a-z0-9-]+) -->", text) == [f"{LM_SUITE}-table", "overview"]
     assert "<!-- generated:overview -->" in (ROOT / "docs" / "results.md").read_text()
     before = text[:at["register"]]
     assert len(prose_words(before)) < 500, "the way to the overview is a reading long"

@@ -41,6 +41,7 @@ from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_s
 from memzoo.core.config import ConfigError
 from memzoo.publishing.references import HOURS, MEASURED, load_index, load_measured, load_references
 from memzoo.publishing.formats import MINUS, interval, signed
+from memzoo.publishing.overview import CEILING_SUITES
 from memzoo.publishing.shipped import with_ceiling
 from memzoo.publishing.tables import ratio_cell
 
@@ -207,7 +208,7 @@ FACTS: dict[str, Callable[[pd.DataFrame], dict[str, str]]] = {
     "lm-stream-sotu": bpb_facts,
     "lm-stream-gpu": bpb_facts,
     "lm-window": window_facts,
-    "lm-window-copy": lambda rows: window_facts(rows) | copy_facts(rows),
+    **{suite: (lambda rows: window_facts(rows) | copy_facts(rows)) for suite in CEILING_SUITES},
     "capacity-top": recall_facts,
     "distance": distance_facts,
 }

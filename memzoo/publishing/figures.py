@@ -23,7 +23,10 @@ from memzoo.core.config import ConfigError
 from memzoo.publishing.facts import FACT, all_facts, render_facts
 from memzoo.publishing.references import load_rows, rows_path
 from memzoo.publishing.shipped import shipped_rows
+from memzoo.publishing.overview import CEILING_SUITES
 from memzoo.publishing.tables import TABLES
+
+CEILING_FIGURES = ("headroom", "copy_distance", "beyond_window")  # each ceiling suite's figures, in _draws' order
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
 OPEN = re.compile(r"<!-- generated:([a-z0-9-]+) -->")
@@ -113,8 +116,7 @@ FIGURES: dict[str, str] = {
     "capacity/capacity.png": "capacity-top", "distance/distance.png": "distance",
     "lm-stream/memory_vs_state.png": "lm-stream", "lm-stream-gpu/memory_vs_state.png": "lm-stream-gpu",
     "lm-window/beyond_window.png": "lm-window", "cpu-cost/speed.png": "cpu-cost",
-    "lm-window-copy/headroom.png": "lm-window-copy", "lm-window-copy/copy_distance.png": "lm-window-copy",
-    "lm-window-copy/beyond_window.png": "lm-window-copy",
+    **{f"{suite}/{name}.png": suite for suite in CEILING_SUITES for name in CEILING_FIGURES},
 }
 
 
@@ -140,9 +142,8 @@ def _draws() -> dict[str, Callable]:
         "lm-stream-gpu/memory_vs_state.png": _quick(a.memory_vs_state),
         "lm-window/beyond_window.png": lambda rows: beyond_window_figure(with_ceiling(rows)),
         "cpu-cost/speed.png": cpu_cost_figure,
-        "lm-window-copy/headroom.png": headroom_figure,
-        "lm-window-copy/copy_distance.png": copy_distance_figure,
-        "lm-window-copy/beyond_window.png": beyond_window_figure,
+        **{f"{suite}/{name}.png": draw for suite in CEILING_SUITES
+           for name, draw in zip(CEILING_FIGURES, (headroom_figure, copy_distance_figure, beyond_window_figure))},
     }
 
 

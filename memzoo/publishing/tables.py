@@ -19,7 +19,7 @@ from memzoo.analysis.bpb import CEILING, NO_HEADROOM
 from memzoo.analysis.stats import REFERENCE
 from memzoo.publishing.cpu_cost import cpu_cost_md
 from memzoo.publishing.formats import MINUS, interval, markdown, seeds_of
-from memzoo.publishing.overview import OVERVIEW_SOURCES, overview_table
+from memzoo.publishing.overview import CEILING_SUITES, OVERVIEW_SOURCES, overview_table
 from memzoo.publishing.shipped import with_ceiling
 
 DISTANCE_GAPS = (8, 16, 64, 256, 1024, 4096)  # the gaps the distance table shows (segments)
@@ -259,10 +259,9 @@ TABLES: dict[str, tuple[str | tuple[str, ...], Callable]] = {
     "quick-table": ("quick", quick_table),
     "lm-window-table": ("lm-window", lm_window_table),
     "lm-window-bands": ("lm-window", lm_window_bands),
-    "lm-window-copy-table": ("lm-window-copy", headroom_md),
-    "lm-window-copy-more": ("lm-window-copy", lm_window_copy_more),
-    "lm-window-copy-bands": ("lm-window-copy", lm_window_bands),
-    "copy-distance-table": ("lm-window-copy", copy_distance_md),
+    **{f"{suite}-{block}": (suite, table) for suite in CEILING_SUITES
+       for block, table in (("table", headroom_md), ("more", lm_window_copy_more), ("bands", lm_window_bands),
+                            ("copy-distance", copy_distance_md))},
     "lm-stream-table": ("lm-stream", lm_stream_table),
     "lm-stream-sotu-table": ("lm-stream-sotu", lm_stream_table),
     "lm-stream-gpu-table": ("lm-stream-gpu", lm_stream_table),
