@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from memzoo.analysis.results import bpb_over
 from memzoo.analysis.stats import paired_t
 from memzoo.evaluations.lm import evaluate_run
 from memzoo.runs.checkpoints import load_checkpoint, run_config
@@ -24,9 +25,7 @@ CONTROLS = {"local": "full", "full": "local"}  # each control -> the attention i
 
 def segment_bpb(res: dict) -> tuple[float, float]:
     """(segment 0, segments >= 1) bits per byte of one evaluation, byte-weighted."""
-    bpb, tokens = res["bpb_by_segment"], res["tokens_by_segment"]
-    after = sum(b * n for b, n in zip(bpb[1:], tokens[1:])) / sum(tokens[1:])
-    return float(bpb[0]), float(after)
+    return bpb_over(res, 0, 0), bpb_over(res, 1)
 
 
 def read_with(run_dir: Path, method: str) -> tuple[float, float]:

@@ -26,7 +26,7 @@ from memzoo.publishing.shipped import shipped_rows
 from memzoo.publishing.overview import CEILING_SUITES
 from memzoo.publishing.tables import TABLES
 
-CEILING_FIGURES = ("headroom", "copy_distance", "beyond_window")  # each ceiling suite's figures, in _draws' order
+CEILING_FIGURES = ("headroom", "copy_distance", "beyond_window")  # each ceiling suite's figures (drawn by _draws)
 
 BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
 OPEN = re.compile(r"<!-- generated:([a-z0-9-]+) -->")
@@ -129,6 +129,7 @@ def _draws() -> dict[str, Callable]:
     from memzoo.analysis.distance import common_gaps_only
     from memzoo.publishing.shipped import with_ceiling
 
+    ceiling = {"headroom": headroom_figure, "copy_distance": copy_distance_figure, "beyond_window": beyond_window_figure}
     return {
         "quick/footprint_vs_gain.png": _quick(a.footprint_vs_gain),
         "quick/gain_by_segment.png": _quick(a.gain_by_segment),
@@ -142,8 +143,7 @@ def _draws() -> dict[str, Callable]:
         "lm-stream-gpu/memory_vs_state.png": _quick(a.memory_vs_state),
         "lm-window/beyond_window.png": lambda rows: beyond_window_figure(with_ceiling(rows)),
         "cpu-cost/speed.png": cpu_cost_figure,
-        **{f"{suite}/{name}.png": draw for suite in CEILING_SUITES
-           for name, draw in zip(CEILING_FIGURES, (headroom_figure, copy_distance_figure, beyond_window_figure))},
+        **{f"{suite}/{name}.png": ceiling[name] for suite in CEILING_SUITES for name in CEILING_FIGURES},
     }
 
 
