@@ -268,6 +268,22 @@ def test_the_window_holm_facts_count_the_family_and_the_memories_better_after_ho
     assert window_facts(few)["holm.better"] == "one"
 
 
+def test_the_seed0_window_facts_are_one_seeds_differences_by_hand(facts: dict[str, str]) -> None:
+    """`SUITE.VARIANT.seed0_*` (what one seed of the README's command prints): XL at 128 positions minus
+    the floor at seed 0, on segments >= 1 (byte-weighted), over whole documents, and reset minus read."""
+    rows = load_references(LM_SUITE)
+    one = rows[rows["seed"] == 0]
+    xl, floor = (one[(one["method"] == m) & (one["grid_mem_len"].fillna(128) == 128)].iloc[0] for m in ("xl", "local"))
+
+    def after(r: pd.Series, key: str = "bpb_by_segment") -> float:
+        return float(np.dot(r[key][1:], r["tokens_by_segment"][1:]) / np.sum(r["tokens_by_segment"][1:]))
+
+    sign = lambda x: f"{x:+.3f}".replace("-", "\u2212")  # noqa: E731
+    assert facts[f"{LM_SUITE}.xl_mem_len-128.seed0_after"] == sign(after(xl) - after(floor))
+    assert facts[f"{LM_SUITE}.xl_mem_len-128.seed0_whole"] == sign(xl["valid_bpb"] - floor["valid_bpb"])
+    assert facts[f"{LM_SUITE}.xl_mem_len-128.seed0_buys"] == f"{after(xl, 'valid_bpb_by_segment_reset') - after(xl):.3f}"
+
+
 @pytest.mark.parametrize("suite", ["lm-window", "lm-stream"])
 def test_the_training_hours_fact_is_the_shipped_rows_tokens_over_throughput(facts: dict[str, str], suite: str) -> None:
     """`SUITE.train_hours` (the suite's cost in prose): the shipped rows' training tokens over their

@@ -36,6 +36,7 @@ import pandas as pd
 from memzoo.analysis import (capacity_table, distance_summary, headroom_recovered, memory_ablation, memory_gain,
                              range_differences, summary_table)
 from memzoo.analysis.copy_distance import copy_distance_long, copy_reach, is_copy_distance_table
+from memzoo.analysis.results import variant_labels
 from memzoo.analysis.beyond_window import CEILING, band_table, ceiling_check, class_keys, seed_gains, window_summary
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
@@ -147,6 +148,7 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
         first = floor_rows.iloc[0]
         total = sum(sum(first[f"tokens_by_doc_copy_{c}"]) for c in ("beyond", "within", "none"))
         out["copy.beyond_share"] = f"{sum(first['tokens_by_doc_copy_beyond']) / total:.0%}"
+    out |= window_seed_facts(rows, seed=0)
     check = ceiling_check(rows)
     out["ceiling.seg0"] = interval(check["full_seg0_vs_floor"], check["full_seg0_ci"], sign=True)
     out["ceiling.holds"] = "holds" if check["holds"] else "does not hold"
@@ -155,6 +157,24 @@ def window_facts(rows: pd.DataFrame) -> dict[str, str]:
     floor = seed_gains(rows[rows["method"] == REFERENCE])
     d = paired_differences(per_seed(floor["after"], floor["seed"]), per_seed(block["after"], block["seed"]))
     out["floor.vs_block_local"], out["floor.vs_block_local_mean"] = quantities(*paired_t(d)[:2])
+    return out
+
+
+def window_seed_facts(rows: pd.DataFrame, seed: int) -> dict[str, str]:
+    """VARIANT.seedS_after, _whole and _buys: one seed's differences from the window floor (segments >= 1,
+    whole documents, and reset minus read), what one seed of the suite's command prints."""
+    one = rows[rows["seed"] == seed]
+    one = one.assign(variant=variant_labels(one).to_numpy())
+    if one.empty or not (one["method"] == REFERENCE).any():
+        return {}
+    floor_bpb = float(one.loc[one["method"] == REFERENCE, "valid_bpb"].iloc[0])
+    out: dict[str, str] = {}
+    for _, r in window_summary(one).iterrows():
+        if r["method"] == REFERENCE:
+            continue
+        name, bpb = slug(r["variant"]), float(one.loc[one["variant"] == r["variant"], "valid_bpb"].iloc[0])
+        out[f"{name}.seed{seed}_after"], out[f"{name}.seed{seed}_whole"] = signed(r["after"]), signed(bpb - floor_bpb)
+        out[f"{name}.seed{seed}_buys"] = f"{r['buys']:.3f}"
     return out
 
 
