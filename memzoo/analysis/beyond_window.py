@@ -233,7 +233,7 @@ def beyond_window_figure(df: pd.DataFrame):
     right.axhline(0, color="grey", lw=0.8)
     right.set_xlabel("memory state (numbers per sequence, log; equal states offset)")
     right.set_ylabel("− floor, beyond-window copyable bytes")
-    left.legend(*ordered_legend(left), fontsize=7)
+    right.legend(*ordered_legend(left), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig
 
@@ -276,9 +276,10 @@ def headroom_figure(df: pd.DataFrame):
                 transform=ax.get_yaxis_transform())
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("memory state (numbers per sequence, log; equal states offset)")
+        ax.set_xlabel("memory state (numbers per sequence, log)\nequal states offset side by side")
         ax.set_ylabel("headroom recovered (0 floor, 1 full)")
         ax.set_title(title)
-    axes[0][0].legend(*ordered_legend(axes[0][0]), fontsize=7)
+    axes[0][-1].legend(*ordered_legend(axes[0][0]), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                       frameon=False)  # outside the data: no point hidden under it
     fig.tight_layout()
     return fig
