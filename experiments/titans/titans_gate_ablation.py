@@ -9,7 +9,8 @@ only how attention's output y and the memory's read m combine:
 - `titans-mag-additive`: o = y + w_m ⊙ m: the memory's read added to attention's output, no
   normalisation, no gate.
 If the constant gate costs as much as MAG, the output path is the cost; if the additive variant
-closes the gap to `local`, the memory's content is not what hurts. Run them beside MAG:
+closes the gap to `local`, the memory's content is not what hurts. `titans-mac-additive` is the same
+change to Titans-MAC, whose retrieved tokens stay in attention's context. Run them beside MAG:
 
     memzoo compare quick "imports=[experiments/titans/titans_gate_ablation.py]" \
         "methods=[titans-mag-constant-gate,titans-mag-additive]" "seeds=[0,1,2]"
@@ -53,3 +54,14 @@ class TitansMAGAdditive(Titans):
     def __init__(self, cfg: TitansConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)
         self.combine = AdditiveRead(self.n_heads, self.d_head)
+
+
+@register_memory("titans-mac-additive", config=TitansConfig, defaults={"variant": "mac"})
+class TitansMACAdditive(Titans):
+    """MAC whose gating read is added to attention's output instead of gating it (its retrieved tokens
+    stay in attention's context): what MAC loses to the output combination, apart from its route."""
+
+    def __init__(self, cfg: TitansConfig, model: ModelConfig, layer_index: int):
+        super().__init__(cfg, model, layer_index)
+        self.combine = AdditiveRead(self.n_heads, self.d_head)
+

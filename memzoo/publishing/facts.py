@@ -164,18 +164,12 @@ def window_seed_facts(rows: pd.DataFrame, seed: int) -> dict[str, str]:
     """VARIANT.seedS_after, _whole and _buys: one seed's differences from the window floor (segments >= 1,
     whole documents, and reset minus read), what one seed of the suite's command prints."""
     one = rows[rows["seed"] == seed]
-    one = one.assign(variant=variant_labels(one).to_numpy())
     if one.empty or not (one["method"] == REFERENCE).any():
         return {}
-    floor_bpb = float(one.loc[one["method"] == REFERENCE, "valid_bpb"].iloc[0])
-    out: dict[str, str] = {}
-    for _, r in window_summary(one).iterrows():
-        if r["method"] == REFERENCE:
-            continue
-        name, bpb = slug(r["variant"]), float(one.loc[one["variant"] == r["variant"], "valid_bpb"].iloc[0])
-        out[f"{name}.seed{seed}_after"], out[f"{name}.seed{seed}_whole"] = signed(r["after"]), signed(bpb - floor_bpb)
-        out[f"{name}.seed{seed}_buys"] = f"{r['buys']:.3f}"
-    return out
+    bpb, floor = dict(zip(variant_labels(one), one["valid_bpb"])), one.loc[one["method"] == REFERENCE, "valid_bpb"].iloc[0]
+    gains = window_summary(one).query("method != @REFERENCE")
+    return {f"{slug(r['variant'])}.seed{seed}_{q}": text for _, r in gains.iterrows() for q, text in
+            (("after", signed(r["after"])), ("whole", signed(bpb[r["variant"]] - floor)), ("buys", f"{r['buys']:.3f}"))}
 
 
 def copy_facts(rows: pd.DataFrame) -> dict[str, str]:
