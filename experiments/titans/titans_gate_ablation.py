@@ -57,11 +57,6 @@ class TitansMAGAdditive(Titans):
 
 
 @register_memory("titans-mac-additive", config=TitansConfig, defaults={"variant": "mac"})
-class TitansMACAdditive(Titans):
+class TitansMACAdditive(TitansMAGAdditive):
     """MAC whose gating read is added to attention's output instead of gating it (its retrieved tokens
     stay in attention's context): what MAC loses to the output combination, apart from its route."""
-
-    def __init__(self, cfg: TitansConfig, model: ModelConfig, layer_index: int):
-        super().__init__(cfg, model, layer_index)
-        self.combine = AdditiveRead(self.n_heads, self.d_head)
-

@@ -20,6 +20,7 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
+from memzoo.analysis.results import bpb_over
 from memzoo.data.corpus import load_documents, split_documents
 from memzoo.evaluations.copy_distance import copy_bits, probe_rows
 from memzoo.evaluations.lm import evaluate_model
@@ -52,21 +53,19 @@ def nothing_written(model: torch.nn.Module) -> Iterator[None]:
             del m.gate_values_of  # the class's method again
 
 
-def measure(run_dir: Path, docs: int, arm: str) -> dict:
-    """Bits per byte (segment 0, segments >= 1) and second-copy bits by distance, for one arm."""
+def measure(run_dir: Path, valid: list, docs: int, arm: str) -> dict:
+    """Bits per byte (segment 0, segments >= 1) and second-copy bits by distance, for one arm; `valid`:
+    the held-out documents (the same split for every run of a suite)."""
     cfg, model = load_trained(run_dir)
-    valid = split_documents(load_documents(cfg.data), cfg.data)[cfg.eval.split]
     context = nothing_written(model) if arm == "nothing written" else nullcontext()
     with context, torch.no_grad():
         res = evaluate_model(model, valid[:docs], cfg.eval.batch_size, cfg.eval.max_segments_per_doc,
                              cfg.train.precision, progress=False)
-        segs, toks = res["bpb_by_segment"], res["tokens_by_segment"]
-        after = sum(b * t for b, t in zip(segs[1:], toks[1:])) / sum(toks[1:])
         texts = [d.data for d in valid]
         copies = {str(d): round(copy_bits(model, probe_rows(texts, d, 32, "random", 16), d, 32)[1], 3)
                   for d in DISTANCES}
-    return {"run": run_dir.name, "arm": arm, "seg0": round(segs[0], 4), "after": round(after, 4),
-            "copy_random": copies}
+    return {"run": run_dir.name, "arm": arm, "seg0": round(res["bpb_by_segment"][0], 4),
+            "after": round(bpb_over(res, 1), 4), "copy_random": copies}
 
 
 def main() -> None:
@@ -76,10 +75,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     runs = sorted(p for p in (args.folder / "runs").iterdir() if p.name.startswith(("titans-", "local-")))
+    cfg, _ = load_trained(runs[0])
+    valid = split_documents(load_documents(cfg.data), cfg.data)[cfg.eval.split]
     rows = []
     for run in runs:
         for arm in ("as trained",) + (("nothing written",) if run.name.startswith("titans-") else ()):
-            rows.append(measure(run, args.docs, arm))
+            rows.append(measure(run, valid, args.docs, arm))
             print(json.dumps(rows[-1]), flush=True)
     if args.out:
         args.out.write_text(json.dumps({"folder": str(args.folder), "docs": args.docs, "rows": rows}, indent=1) + "\n")

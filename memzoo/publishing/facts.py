@@ -35,9 +35,9 @@ import pandas as pd
 
 from memzoo.analysis import (capacity_table, distance_summary, headroom_recovered, memory_ablation, memory_gain,
                              range_differences, summary_table)
+from memzoo.analysis.beyond_window import CEILING, band_table, ceiling_check, class_keys, seed_gains, window_summary
 from memzoo.analysis.copy_distance import copy_distance_long, copy_reach, is_copy_distance_table
 from memzoo.analysis.results import variant_labels
-from memzoo.analysis.beyond_window import CEILING, band_table, ceiling_check, class_keys, seed_gains, window_summary
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
 from memzoo.publishing.references import HOURS, MEASURED, load_index, load_measured, load_references
