@@ -25,7 +25,7 @@ from memzoo.data.corpus import load_documents, split_documents
 from memzoo.evaluations.copy_distance import copy_bits, probe_rows
 from memzoo.evaluations.lm import evaluate_model
 from memzoo.memories.titans import Titans
-from memzoo.runs.checkpoints import load_trained
+from memzoo.runs.checkpoints import load_trained, run_config
 
 DISTANCES = (32, 128, 256)
 
@@ -75,7 +75,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     runs = sorted(p for p in (args.folder / "runs").iterdir() if p.name.startswith(("titans-", "local-")))
-    cfg, _ = load_trained(runs[0])
+    cfg = run_config(runs[0])  # the split is the suite's: one config, no model
     valid = split_documents(load_documents(cfg.data), cfg.data)[cfg.eval.split]
     rows = []
     for run in runs:
