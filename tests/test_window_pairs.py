@@ -1,0 +1,32 @@
+"""lm-window-pairs is lm-window-rope3 with pair reads in fine-tuning, and nothing else: the two suites' rows
+are paired by method and seed (experiments/window/finetune_reads.py), so any other difference would be
+read as the pair reads' effect."""
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from memzoo.suites.compare import expand, load_suite
+
+
+def flat(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as {"a.b": value}."""
+    if not isinstance(cfg, dict) or not cfg:
+        return {prefix: cfg}
+    return {k: v for key, sub in cfg.items() for k, v in flat(sub, f"{prefix}.{key}" if prefix else key).items()}
+
+
+def run_configs(suite: str) -> dict[str, dict[str, Any]]:
+    return {spec.name: flat(OmegaConf.to_container(spec.cfg, resolve=True)) for spec in expand(load_suite(suite))}
+
+
+def test_the_pair_read_suite_changes_only_what_fine_tuning_reads() -> None:
+    text, pairs = run_configs("lm-window-rope3"), run_configs("lm-window-pairs")
+    assert text.keys() == pairs.keys() and len(text) >= 14 * 3
+    for name in text:
+        changed = {k: (text[name].get(k), pairs[name].get(k)) for k in text[name].keys() | pairs[name].keys()
+                   if text[name].get(k) != pairs[name].get(k)}
+        assert changed == {"train.copy_share": (0.0, 0.5), "train.copy_layout": ("periodic", "pairs"),
+                           "log.group": ("lm-window-rope3", "lm-window-pairs"),
+                           "out_dir": ("results/lm-window-rope3/runs", "results/lm-window-pairs/runs")}, name
