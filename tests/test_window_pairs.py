@@ -23,8 +23,8 @@ def run_configs(suite: str) -> dict[str, dict[str, Any]]:
 
 def test_the_pair_read_suite_changes_only_what_fine_tuning_reads() -> None:
     text, pairs = run_configs("lm-window-rope3"), run_configs("lm-window-pairs")
-    assert text.keys() == pairs.keys() and len(text) >= 14 * 3
-    for name in text:
+    assert pairs.keys() <= text.keys() and len(pairs) >= 5 * 3
+    for name in pairs:
         changed = {k: (text[name].get(k), pairs[name].get(k)) for k in text[name].keys() | pairs[name].keys()
                    if text[name].get(k) != pairs[name].get(k)}
         assert changed == {"train.copy_share": (0.0, 0.5), "train.copy_layout": ("periodic", "pairs"),
