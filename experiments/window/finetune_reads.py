@@ -37,7 +37,7 @@ def per_variant(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return out
 
 
-def protocol_effect(text: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, pd.DataFrame | dict]:
+def protocol_effect(text: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, dict[str, dict[str, float]]]:
     """Per variant in both: each quantity under text-only and pair-read fine-tuning (mean over seeds) and
     pairs - text paired by seed (mean, 95% t half-width, p, seeds), the means over the seeds both have."""
     a, b = per_variant(text), per_variant(pairs)
