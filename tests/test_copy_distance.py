@@ -137,3 +137,18 @@ def test_the_table_means_over_seeds_and_reach_stops_at_the_first_distance_that_f
     assert long.loc[32, "second"] == 2.0 and long.loc[32, "second_ci"] == pytest.approx(12.706204736174696)  # t(1) x sd 2 ** 0.5 / 2 ** 0.5
     assert copy_reach(df)["m"] == 32
     assert copy_distance_summary(df).iloc[0]["256"] == "7.00 ± 0.00"
+
+
+def test_wrong_matches_count_earlier_keys_followed_by_a_wrong_byte():
+    """Hand-counted on 'abcabd' written twice (distance 6): a lookup by 'b' alone is misled where 'b'
+    was followed by another byte; by the three bytes 'cab' it is not."""
+    import numpy as np
+
+    from memzoo.analysis.copy_distance import wrong_matches
+
+    row = np.frombuffer(b"abcabdabcabdz", dtype=np.uint8)
+    by1 = wrong_matches(row, distance=6, k=1, chunk_len=6, skip=0)
+    assert by1 == {1: 0, 2: 1, 3: 0, 4: 0, 5: 2}  # p=2 'c' after 'b': 'b'->'d' once; p=5 'd': 'b'->'c' twice
+    assert wrong_matches(row, 6, 2, 6, skip=0)[5] == 2  # 'ab' -> 'c' at 0 and 6
+    assert wrong_matches(row, 6, 3, 6, skip=0)[5] == 0  # 'cab' -> 'd' only
+    assert set(wrong_matches(row, 6, 3, 6, skip=4)) == {4, 5}

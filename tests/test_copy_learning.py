@@ -139,3 +139,43 @@ def test_pair_reads_keep_the_document_around_the_chunks(tmp_path):
     assert bool((rows[~changed] == text[~changed]).all()) and bool(torch.isin(rows[changed], PRINTABLE).all())
     with pytest.raises(ConfigError, match="train.copy_layout='spiral'; expected one of periodic, pairs"):
         CopyReads(1.0, 4, 64, layout="spiral")
+
+
+def test_text_pairs_cut_each_chunk_from_the_donor_and_write_it_twice_d_apart():
+    """Each written chunk is a run of the donor's bytes, its second copy exactly d >= 16 after the
+    first; the read's own bytes stay elsewhere; without a donor the layout refuses."""
+    gen = torch.Generator().manual_seed(1)
+    text = torch.zeros(4097, dtype=torch.long)  # byte 0: every written byte shows
+    donor = torch.arange(3000) % 250 + 1  # [3000] no zero; any 16 consecutive bytes occur once in it
+    reads = CopyReads(1.0, 16, 4095, layout="text-pairs")
+    x, segments = reads.read(text, 32, 32, 128, gen, donor)
+    assert segments == 32
+    written = (x != 0).nonzero().flatten().tolist()
+    assert 0.2 < len(written) / len(x) <= 0.5 + 128 / 4097
+    starts = [p for p in written if p == 0 or x[p - 1] == 0]
+    runs = {}
+    for p in starts:  # each chunk is a run of the donor (consecutive values mod 250), so find its length
+        m = 1
+        while p + m < len(x) and x[p + m] != 0 and (int(x[p + m]) - 1) == (int(x[p + m - 1])) % 250:
+            m += 1
+        runs.setdefault(tuple(x[p:p + 16].tolist()), []).append((p, m))
+    assert len(runs) >= 10 and all(m >= 16 for v in runs.values() for _, m in v)  # donor runs of 16..64
+    pairs = [v for v in runs.values() if len(v) == 2]
+    assert len(pairs) >= 0.8 * len(runs)
+    for (a, m), (b, n) in pairs:
+        assert b - a >= 16 and torch.equal(x[a:a + min(m, n)], x[b:b + min(m, n)])
+    with pytest.raises(ValueError, match="text-pairs.*donor"):
+        reads.read(text, 32, 32, 128, gen)
+
+
+def test_text_pair_reads_in_the_sampler_copy_another_documents_bytes():
+    from memzoo.data.corpus import Document
+
+    docs = [Document(f"d{i}", bytes([97 + i]) * 3000) for i in range(10)]  # document i: one letter
+    n, cap = 32, 8
+    sampler = StreamSampler(docs, n, seed=0, max_doc_segments=cap, copy=CopyReads(1.0, 4, 64, "text-pairs", 4, 8))
+    plain = StreamSampler(docs, n, seed=0, max_doc_segments=cap)
+    rows, text = sampler.sample(0, 50, cap).tokens.flatten(1), plain.sample(0, 50, cap).tokens.flatten(1)  # [50, 256]
+    changed = rows != text
+    assert 0.15 < float(changed.double().mean())  # chunks from other documents show (a donor may be the read itself)
+    assert bool(torch.isin(rows, torch.arange(97, 107)).all())  # every byte is some document's letter

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memzoo.analysis.copy_distance import wrong_matches
 from memzoo.data.corpus import load_documents, split_documents
 from memzoo.evaluations.copy_distance import DISTANCES, KINDS, SKIP, probe_rows
 from memzoo.suites.compare import expand, load_suite
@@ -25,15 +26,7 @@ CHUNK = 32  # the probe's chunk_len
 def distractors(row: np.ndarray, distance: int, k: int) -> float:
     """Mean over the second copy's predicted bytes (after SKIP) of the earlier positions whose k preceding
     bytes match and whose byte differs from the byte to predict."""
-    counts = []
-    for p in range(max(SKIP, k), CHUNK):
-        target = distance + p  # the byte to predict; its key is the k bytes before it
-        key, answer = row[target - k:target], row[target]
-        before = np.lib.stride_tricks.sliding_window_view(row[:target], k)  # [target - k + 1, k]
-        match = np.all(before == key, axis=1)[:-1]  # window ending at j - 1, so row[j] follows it: j = i + k
-        follows = row[k:target]  # the byte after each window
-        counts.append(int(np.sum(match & (follows != answer))))
-    return float(np.mean(counts))
+    return float(np.mean(list(wrong_matches(row, distance, k, CHUNK, SKIP).values())))
 
 
 def main() -> None:

@@ -116,3 +116,17 @@ def copy_distance_figure(df: pd.DataFrame, window: int = 0):
     axes[0][-1].legend(*legend_order(handles, labels), fontsize=7, loc="best")
     fig.tight_layout()
     return fig
+
+
+def wrong_matches(row: np.ndarray, distance: int, k: int, chunk_len: int, skip: int = 4) -> dict[int, int]:
+    """For each byte p (skip <= p < chunk_len, p >= k) of a probe row's second copy: how many earlier
+    places a lookup by the k bytes before it finds that are followed by a wrong byte (a head keyed on k
+    bytes alone is misled by each). row: [T] bytes, the second copy starting at `distance`."""
+    out = {}
+    for p in range(max(skip, k), chunk_len):
+        target = distance + p  # the byte to predict; its key is the k bytes before it
+        key, answer = row[target - k:target], row[target]
+        before = np.lib.stride_tricks.sliding_window_view(row[:target], k)  # [target - k + 1, k]
+        match = np.all(before == key, axis=1)[:-1]  # the window ending just before byte j = i + k
+        out[p] = int(np.sum(match & (row[k:target] != answer)))
+    return out

@@ -96,7 +96,8 @@ class TrainConfig:
     copy_distance: list[int] = field(default_factory=lambda: [16, 4095])
     # how a copy read is laid out: "periodic" (the string above) or "pairs" (the read's own document with
     # random printable chunks of 16..64 bytes written twice, d apart, d drawn as above: one earlier
-    # occurrence inside text, as the copy probe and natural text have it)
+    # occurrence inside text, as the copy probe and natural text have it) or "text-pairs" (the same, each
+    # chunk cut from another training document instead of random bytes)
     copy_layout: str = "periodic"
     lr: float = 1e-3
     min_lr_ratio: float = 0.1

@@ -12,11 +12,18 @@ Layout "pairs" keeps the read's own document and writes random printable chunks 
 it twice, d apart: each chunk has one earlier occurrence, inside text, as the copy probe
 (memzoo.evaluations.copy_distance) and natural repeats have it, where a periodic read lets a model
 continue the string from any earlier period without telling text from what to copy.
+
+Layout "text-pairs" writes the pairs the same way, but each chunk is cut from another training document
+(a donor drawn like any read) instead of random bytes. A random chunk is told apart by its bytes alone,
+and its last two bytes name one earlier place; a text chunk looks like its surroundings and, far back,
+its last four bytes match about twenty wrong places (experiments/window/copy_ambiguity.json). So only
+text pairs make a lookup keyed on many bytes pay, which copying held-out text at distance needs.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -37,7 +44,7 @@ class CopyReads:
     min_chunk: int = 16
     max_chunk: int = 64
 
-    LAYOUTS = ("periodic", "pairs")
+    LAYOUTS = ("periodic", "pairs", "text-pairs")
 
     def __post_init__(self) -> None:
         if self.layout not in self.LAYOUTS:
@@ -61,19 +68,30 @@ class CopyReads:
         return string.repeat(-(-length // d))[:length]
 
     def read(self, document: Tensor, doc_segments: int, segments: int, segment_len: int,
-             gen: torch.Generator) -> tuple[Tensor, int]:
+             gen: torch.Generator, donor: Optional[Tensor] = None) -> tuple[Tensor, int]:
         """A copy read in place of `document` (its bytes [T], `doc_segments` long), `segments` long at most:
         (its bytes, its segments). Periodic: the string, `segments` long; pairs: the document's head with
-        chunks written into it."""
+        chunks written into it (text-pairs: chunks cut from `donor`, another document's bytes [T'])."""
         if self.layout == "periodic":
             return self.make(segments * segment_len + 1, gen), segments
+        if self.layout == "text-pairs" and donor is None:
+            raise ValueError("copy_layout='text-pairs' cuts its chunks from a donor document; none was given")
         length = min(doc_segments, segments)
-        return self.write_pairs(document[: length * segment_len + 1], gen), length
+        return self.write_pairs(document[: length * segment_len + 1], gen, donor), length
 
-    def write_pairs(self, text: Tensor, gen: torch.Generator, tries: int = 64) -> Tensor:
-        """`text` with random printable chunks written twice each, the second copy's bytes each exactly d
-        after the first's (d drawn as `distance`), the pairs never overlapping, until half the bytes are
-        chunks or `tries` draws found no free place. [len(text)] (a new tensor)"""
+    def chunk(self, m: int, gen: torch.Generator, donor: Optional[Tensor]) -> Tensor:
+        """m bytes to write twice: random printable ones, or m consecutive bytes of `donor` when it has
+        them. [m]"""
+        if donor is None or len(donor) <= m:
+            return PRINTABLE[torch.randint(len(PRINTABLE), (m,), generator=gen)]
+        at = int(torch.randint(len(donor) - m + 1, (), generator=gen))
+        return donor[at:at + m]
+
+    def write_pairs(self, text: Tensor, gen: torch.Generator, donor: Optional[Tensor] = None,
+                    tries: int = 64) -> Tensor:
+        """`text` with chunks (random printable, or cut from `donor`) written twice each, the second copy's
+        bytes each exactly d after the first's (d drawn as `distance`), the pairs never overlapping, until
+        half the bytes are chunks or `tries` draws found no free place. [len(text)] (a new tensor)"""
         out, taken = text.clone(), torch.zeros(len(text), dtype=torch.bool)  # [L], [L]
         for _ in range(tries):
             if int(taken.sum()) * 2 >= len(text):
@@ -86,7 +104,7 @@ class CopyReads:
             first, second = slice(p, p + m), slice(p + d, p + d + m)
             if bool(taken[first].any() or taken[second].any()):
                 continue
-            chunk = PRINTABLE[torch.randint(len(PRINTABLE), (m,), generator=gen)]  # [m]
+            chunk = self.chunk(m, gen, donor)  # [m]
             out[first], out[second] = chunk, chunk
             taken[first], taken[second] = True, True
         return out

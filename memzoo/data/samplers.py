@@ -115,7 +115,10 @@ class StreamSampler:
         doc = int(torch.multinomial(self.nseg, 1, generator=gen))
         if self.copy is not None and float(torch.rand((), generator=gen)) < self.copy.share:
             assert self.cap is not None
-            data, length = self.copy.read(self.docs[doc], int(self.nseg[doc]), self.cap, self.n, gen)
+            donor = None
+            if self.copy.layout == "text-pairs":  # chunks cut from another document, drawn like a read
+                donor = self.docs[int(torch.multinomial(self.nseg, 1, generator=gen))]
+            data, length = self.copy.read(self.docs[doc], int(self.nseg[doc]), self.cap, self.n, gen, donor)
             return data, 0, length
         total = int(self.nseg[doc])
         length = total if self.cap is None else min(total, self.cap)
