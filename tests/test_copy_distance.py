@@ -152,3 +152,7 @@ def test_wrong_matches_count_earlier_keys_followed_by_a_wrong_byte():
     assert wrong_matches(row, 6, 2, 6, skip=0)[5] == 2  # 'ab' -> 'c' at 0 and 6
     assert wrong_matches(row, 6, 3, 6, skip=0)[5] == 0  # 'cab' -> 'd' only
     assert set(wrong_matches(row, 6, 3, 6, skip=4)) == {4, 5}
+    # two filler bytes between the copies (distance 8 != chunk_len 6): 'ab' -> 'd' at 3 misleads p=2 ('c');
+    # 'ab' -> 'c' at 0 and 8 mislead p=5 ('d')
+    gap = np.frombuffer(b"abcabdxyabcabdz", dtype=np.uint8)
+    assert wrong_matches(gap, distance=8, k=2, chunk_len=6, skip=0) == {2: 1, 3: 0, 4: 0, 5: 2}

@@ -122,7 +122,7 @@ def wrong_matches(row: np.ndarray, distance: int, k: int, chunk_len: int, skip: 
     """For each byte p (skip <= p < chunk_len, p >= k) of a probe row's second copy: how many earlier
     places a lookup by the k bytes before it finds that are followed by a wrong byte (a head keyed on k
     bytes alone is misled by each). row: [T] bytes, the second copy starting at `distance`."""
-    out = {}
+    out: dict[int, int] = {}
     for p in range(max(skip, k), chunk_len):
         target = distance + p  # the byte to predict; its key is the k bytes before it
         key, answer = row[target - k:target], row[target]

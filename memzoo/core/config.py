@@ -97,7 +97,7 @@ class TrainConfig:
     # how a copy read is laid out: "periodic" (the string above) or "pairs" (the read's own document with
     # random printable chunks of 16..64 bytes written twice, d apart, d drawn as above: one earlier
     # occurrence inside text, as the copy probe and natural text have it) or "text-pairs" (the same, each
-    # chunk cut from another training document instead of random bytes)
+    # chunk cut from a donor document, drawn like a read, instead of random bytes)
     copy_layout: str = "periodic"
     lr: float = 1e-3
     min_lr_ratio: float = 0.1

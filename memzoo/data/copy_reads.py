@@ -13,11 +13,12 @@ it twice, d apart: each chunk has one earlier occurrence, inside text, as the co
 (memzoo.evaluations.copy_distance) and natural repeats have it, where a periodic read lets a model
 continue the string from any earlier period without telling text from what to copy.
 
-Layout "text-pairs" writes the pairs the same way, but each chunk is cut from another training document
-(a donor drawn like any read) instead of random bytes. A random chunk is told apart by its bytes alone,
-and its last two bytes name one earlier place; a text chunk looks like its surroundings and, far back,
-its last four bytes match about twenty wrong places (experiments/window/copy_ambiguity.json). So only
-text pairs make a lookup keyed on many bytes pay, which copying held-out text at distance needs.
+Layout "text-pairs" writes the pairs the same way, but each chunk is cut from a donor document (drawn
+like any read, so now and then the read's own) instead of random bytes. A random chunk is told apart by
+its bytes alone, and 4,000 bytes back its last four bytes match no wrong place (its last two, 0.42); a
+text chunk looks like its surroundings and its last four bytes match about twenty wrong places
+(experiments/window/copy_ambiguity.json). So only text pairs make a lookup keyed on many bytes pay, which
+copying held-out text at distance needs.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class CopyReads:
     share: float
     min_distance: int
     max_distance: int
-    layout: str = "periodic"  # periodic | pairs (module docstring)
+    layout: str = "periodic"  # periodic | pairs | text-pairs (module docstring)
     min_chunk: int = 16
     max_chunk: int = 64
 
@@ -77,12 +78,13 @@ class CopyReads:
         if self.layout == "text-pairs" and donor is None:
             raise ValueError("copy_layout='text-pairs' cuts its chunks from a donor document; none was given")
         length = min(doc_segments, segments)
-        return self.write_pairs(document[: length * segment_len + 1], gen, donor), length
+        text_donor = donor if self.layout == "text-pairs" else None  # "pairs" writes random chunks, always
+        return self.write_pairs(document[: length * segment_len + 1], gen, text_donor), length
 
     def chunk(self, m: int, gen: torch.Generator, donor: Optional[Tensor]) -> Tensor:
-        """m bytes to write twice: random printable ones, or m consecutive bytes of `donor` when it has
-        them. [m]"""
-        if donor is None or len(donor) <= m:
+        """m bytes to write twice: random printable ones, or m consecutive bytes of `donor` (random ones
+        when the donor is shorter than m). [m]"""
+        if donor is None or len(donor) < m:
             return PRINTABLE[torch.randint(len(PRINTABLE), (m,), generator=gen)]
         at = int(torch.randint(len(donor) - m + 1, (), generator=gen))
         return donor[at:at + m]

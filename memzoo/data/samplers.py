@@ -110,13 +110,14 @@ class StreamSampler:
 
     def _document(self, row: int, k: int) -> tuple[Tensor, int, int]:
         """The row's k-th read: (its bytes, first segment read of them, segments read). With copy reads,
-        a share of reads is a periodic random string instead of a document (memzoo.data.copy_reads)."""
+        a share of reads is a copy read instead (memzoo.data.copy_reads); layout text-pairs draws one more
+        document, the donor its chunks are cut from, after the read's own draws."""
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + row) * 1_000_033 + k)
         doc = int(torch.multinomial(self.nseg, 1, generator=gen))
         if self.copy is not None and float(torch.rand((), generator=gen)) < self.copy.share:
             assert self.cap is not None
             donor = None
-            if self.copy.layout == "text-pairs":  # chunks cut from another document, drawn like a read
+            if self.copy.layout == "text-pairs":  # the chunks' donor, drawn like a read (now and then this one)
                 donor = self.docs[int(torch.multinomial(self.nseg, 1, generator=gen))]
             data, length = self.copy.read(self.docs[doc], int(self.nseg[doc]), self.cap, self.n, gen, donor)
             return data, 0, length
