@@ -72,7 +72,7 @@ class CopyReads:
              gen: torch.Generator, donor: Optional[Tensor] = None) -> tuple[Tensor, int]:
         """A copy read in place of `document` (its bytes [T], `doc_segments` long), `segments` long at most:
         (its bytes, its segments). Periodic: the string, `segments` long; pairs: the document's head with
-        chunks written into it (text-pairs: chunks cut from `donor`, another document's bytes [T'])."""
+        chunks written into it (text-pairs: chunks cut from `donor`, a donor document's bytes [T'])."""
         if self.layout == "periodic":
             return self.make(segments * segment_len + 1, gen), segments
         if self.layout == "text-pairs" and donor is None:
