@@ -13,6 +13,7 @@ def import_plugins(paths: list[str]) -> None:
     """Import the suite's extra plugin modules (dotted names or .py files): their decorators register them."""
     import importlib
     import importlib.util
+    import sys
 
     for item in paths:
         if item.endswith(".py"):
@@ -21,6 +22,7 @@ def import_plugins(paths: list[str]) -> None:
                 raise ConfigError(f"suite.imports: {item!r} is not a file")
             spec = importlib.util.spec_from_file_location(f"memzoo_suite_plugin_{file.stem}", file)
             module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # a dataclass under `from __future__ import annotations` looks its module up
             spec.loader.exec_module(module)
         else:
             importlib.import_module(item)
