@@ -16,13 +16,15 @@ copy's cost came from the match's weight diluted among thousands of keys, s > 1 
 
     python experiments/backbone/copy_by_position.py [BACKBONE ...] [--logit-scale S] [--label NAME]
     # MEMZOO_BACKBONES=DIR for a pilot's backbone; appends to copy_by_position.json under NAME (default BACKBONE)
+    python experiments/backbone/copy_by_position.py --run RUN_DIR [--import PLUGIN.py] --label NAME
+    # a trained run as it is, its memory's own weights included (a pilot whose memory is a plugin)
 """
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -33,8 +35,9 @@ from memzoo.analysis.copy_distance import wrong_matches
 from memzoo.core.model import MemoryModel
 from memzoo.data.corpus import load_documents, split_documents
 from memzoo.evaluations.copy_distance import probe_rows, streamed_bits
-from memzoo.runs.checkpoints import load_backbone
+from memzoo.runs.checkpoints import load_backbone, load_trained
 from memzoo.runs.configure import build_model, load_config
+from memzoo.suites.suite_plugins import import_plugins
 from memzoo.training.backbones import load_shipped_backbone
 
 DISTANCES, CHUNK, ROWS = (32, 128, 1024, 4000), 32, 64
@@ -107,23 +110,37 @@ def scale_attention_logits(s: float) -> None:
     F.scaled_dot_product_attention = sharper
 
 
+def models(a: argparse.Namespace) -> Iterator[tuple[str, tuple[MemoryModel, DictConfig]]]:
+    """(label, (model, config)) for the run folder --run, else for each shipped backbone asked for."""
+    if a.run is not None:
+        cfg, model = load_trained(a.run)
+        yield a.label, (model.cpu().eval(), cfg)
+        return
+    for name in a.backbones:
+        yield a.label or (name if a.logit_scale == 1.0 else f"{name}, logits x{a.logit_scale}"), shipped_full(name)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("backbones", nargs="*", default=["copy-stdlib-rope4"])
+    p.add_argument("backbones", nargs="*", help="shipped backbones (default: copy-stdlib-rope4)")
     p.add_argument("--logit-scale", type=float, default=1.0, help="multiply every attention's logits (1: as trained)")
     p.add_argument("--label", default=None, help="the result's name in the JSON (one backbone; default: its name)")
+    p.add_argument("--run", type=Path, default=None, help="a trained run folder instead of shipped backbones")
+    p.add_argument("--import", dest="imports", action="append", default=[], help="a plugin the run's memory needs")
     p.add_argument("--out", type=Path, default=Path(__file__).with_name("copy_by_position.json"))
     a = p.parse_args()
-    if a.label and len(a.backbones) != 1:
+    if a.run is not None and (a.backbones or not a.label):
+        p.error(f"--run takes one run folder and a --label, no backbones; got backbones {a.backbones}, label {a.label!r}")
+    a.backbones = a.backbones or ["copy-stdlib-rope4"]
+    if a.label and a.run is None and len(a.backbones) != 1:
         p.error(f"--label names one backbone's result; got {len(a.backbones)} backbones: {a.backbones}")
+    import_plugins(a.imports)
     if a.logit_scale != 1.0:
         scale_attention_logits(a.logit_scale)
     torch.manual_seed(0)
     result = json.loads(a.out.read_text()) if a.out.exists() else {}
-    for name in a.backbones:
-        model, cfg = shipped_full(name)
+    for label, (model, cfg) in models(a):
         texts = [d.data for d in split_documents(load_documents(cfg.data), cfg.data)["valid"]]
-        label = a.label or (name if a.logit_scale == 1.0 else f"{name}, logits x{a.logit_scale}")
         result[label] = by_position(model, texts)
         a.out.write_text(json.dumps(result, indent=1) + "\n")
 
