@@ -13,6 +13,15 @@ and on the first period (which nothing predicts: log2 95 = 6.57) every 100 steps
 (an interrupted run resumes from it). Measured on one thread of the project's 2-core CPU (2026-12-02),
 copyable bytes: 6.58 at step 100, 4.45 at 800, then the phase change: 1.54 at 900, 0.73 at 1,000, 0.41 at
 1,100. Text is forgotten meanwhile (6.5 bits on held-out text): stage B mixes it back.
+
+A plugin memory trains the same way as a pilot, checkpointed and not shipped (name the checkpoint
+`DIR/checkpoint.pt`, and a run continues from it with `task.init_from=DIR task.init_backbone_only=false`):
+
+    PYTHONPATH=. python experiments/backbone/copy_stage_a.py --import experiments/backbone/short_conv_full.py \
+        --memory full-shortconv --option kernel=4 --ckpt DIR/checkpoint.pt --steps 500
+
+With that short convolution on queries and keys the phase change comes between steps 100 and 200
+(copyable bytes 5.45 at 100, 0.17 at 200, 0.08 at 400; the same with 8 taps), where `full` needs 900–1,000.
 """
 from __future__ import annotations
 
@@ -29,15 +38,19 @@ from memzoo.core.config import ModelConfig
 from memzoo.core.losses import token_nll
 from memzoo.core.model import MemoryModel
 from memzoo.data.copy_reads import PRINTABLE, CopyReads
+from memzoo.runs.configure import memory_config
+from memzoo.suites.suite_plugins import import_plugins
 from memzoo.training.backbones import shipped_dir, write_backbone
 
 ROW = 128  # bytes a row: one segment
 
 
-def model() -> MemoryModel:
-    """The small preset as `full`, from the shipped block-local backbone."""
-    net = MemoryModel(ModelConfig(d_model=128, n_layers=4, n_heads=4, segment_len=ROW), "full",
-                      OmegaConf.create({"name": "full", "max_len": None}), seed=0)
+def model(memory: str = "full", options: tuple[str, ...] = ()) -> MemoryModel:
+    """The small preset as `full` (or a plugin memory with `options`, key=value), from the shipped
+    block-local backbone; a plugin's own weights keep their initialisation."""
+    given = OmegaConf.merge(OmegaConf.create({"name": memory, "max_len": None}), OmegaConf.from_dotlist(list(options)))
+    net = MemoryModel(ModelConfig(d_model=128, n_layers=4, n_heads=4, segment_len=ROW), memory,
+                      memory_config(memory, given), seed=0)
     net.load_state_dict(torch.load(shipped_dir() / "small-stdlib.pt", weights_only=True), strict=False)
     return net
 
@@ -56,9 +69,10 @@ def periodic_rows(reads: CopyReads, batch: int, gen: torch.Generator) -> tuple[t
     return torch.stack(rows), torch.stack(masks)
 
 
-def train(steps: int, lr: float, lo: int, hi: int, batch: int, ckpt: Path) -> MemoryModel:
+def train(steps: int, lr: float, lo: int, hi: int, batch: int, ckpt: Path,
+          memory: str = "full", options: tuple[str, ...] = ()) -> MemoryModel:
     """Stage A's loop; resumes from `ckpt` when it exists."""
-    net = model()
+    net = model(memory, options)
     opt = torch.optim.AdamW(net.optim_groups(0.1, lr), lr=lr, betas=(0.9, 0.95))
     start = 0
     if ckpt.is_file():
@@ -70,7 +84,7 @@ def train(steps: int, lr: float, lo: int, hi: int, batch: int, ckpt: Path) -> Me
     for step in range(start, steps + 1):
         x, copyable = periodic_rows(reads, batch, gen)
         for group in opt.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / 50)
+            group["lr"] = lr * group.get("lr_mult", 1.0) * min(1.0, (step + 1) / 50)  # a plugin's own multiplier kept
         bits = token_nll(net(x[:, :-1]).logits, x[:, None, 1:]).view(batch, -1) / math.log(2)  # [B, ROW]
         seen.append((bits[copyable].mean().item(), bits[~copyable].mean().item()))
         if step % 100 == 0:
@@ -106,14 +120,25 @@ def main() -> None:
     ap.add_argument("--name", default="copy-stdlib-a")
     ap.add_argument("--dest", default=None, help="where to ship (default: memzoo/backbones of this checkout)")
     ap.add_argument("--ship-only", action="store_true", help="ship the checkpoint as it is, without training")
+    ap.add_argument("--import", dest="imports", action="append", default=[], metavar="PLUGIN",
+                    help="a plugin module to import first (a .py file or a dotted name); repeatable")
+    ap.add_argument("--memory", default="full", help="the memory to train as (a pilot: not shipped unless full)")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="the memory's config")
     args = ap.parse_args()
+    import_plugins(args.imports)
+    if args.memory != "full" and args.ship_only:
+        ap.error(f"--ship-only with --memory {args.memory}: a shipped backbone keeps no memory weights, so it "
+                 f"would drop the plugin's; continue from the checkpoint's folder instead")
     torch.set_num_threads(1)
     ckpt = Path(args.ckpt)
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     if not args.ship_only:
-        train(args.steps, args.lr, *args.distance, args.batch, ckpt)
+        train(args.steps, args.lr, *args.distance, args.batch, ckpt, args.memory, tuple(args.option))
     steps = torch.load(ckpt, weights_only=False)["step"]
+    if args.memory != "full":  # a pilot: continue with task.init_from=<the checkpoint's folder> init_backbone_only=false
+        print(f"{args.memory} after {steps} steps: {ckpt} (not shipped: a backbone keeps no memory weights)")
+        return
     cost = (f"stage A: {steps:,} steps of full from small-stdlib on copy rows only (batch 32 x 128 bytes, period "
             f"{args.distance[0]}..{args.distance[1]}, lr {args.lr:g}), about {steps * 1.1 / 60:.0f} minutes on one "
             f"thread of the project's 2-core CPU; made by experiments/backbone/copy_stage_a.py; copies at the "
