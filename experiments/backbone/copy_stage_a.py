@@ -48,9 +48,8 @@ ROW = 128  # bytes a row: one segment
 def model(memory: str = "full", options: tuple[str, ...] = ()) -> MemoryModel:
     """The small preset as `full` (or a plugin memory with `options`, key=value), from the shipped
     block-local backbone; a plugin's own weights keep their initialisation."""
-    given = OmegaConf.merge(OmegaConf.create({"name": memory, "max_len": None}), OmegaConf.from_dotlist(list(options)))
     net = MemoryModel(ModelConfig(d_model=128, n_layers=4, n_heads=4, segment_len=ROW), memory,
-                      memory_config(memory, given), seed=0)
+                      memory_config(memory, OmegaConf.from_dotlist(list(options))), seed=0)  # the plugin's defaults
     net.load_state_dict(torch.load(shipped_dir() / "small-stdlib.pt", weights_only=True), strict=False)
     return net
 
