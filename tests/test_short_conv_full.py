@@ -100,3 +100,16 @@ def test_streaming_equals_one_call_with_the_history_carried_and_cleared(register
     cut = [{**s, "qk_tail": torch.zeros_like(s["qk_tail"])} for s in first.state.layers]
     fresh = model(x[:, 1:2], ModelState(cut, first.state.model, first.state.window))
     assert (fresh.logits - model(x[:, :2]).logits[:, 1:2]).abs().max() > 1e-4
+
+
+def test_the_backbone_convolution_is_the_same_function(registered) -> None:
+    """`full` on a backbone with model.qk_conv (memzoo.core.qk_conv) and this plugin with the same taps give
+    the same logits, streamed with a reset row, so the stage-X pilot's numbers carry over to it."""
+    pilot, ours = tiny_model("full-shortconv", options={"kernel": 4}), tiny_model("full", qk_conv=4)
+    random_taps(pilot)
+    weights = {k: v for k, v in pilot.state_dict().items() if not k.endswith("memory.taps")}
+    weights |= {f"blocks.{i}.attn.qk_taps": m.taps.data for i, m in enumerate(pilot.memories)}
+    ours.load_state_dict(weights)
+    x, reset = tokens(), boundary(0, 2)
+    with torch.no_grad():
+        assert (ours(x, reset=reset).logits - streamed(pilot, x, reset)).abs().max() < 1e-5

@@ -22,6 +22,10 @@ A plugin memory trains the same way as a pilot, checkpointed and not shipped (na
 
 With that short convolution on queries and keys the phase change comes between steps 100 and 200
 (copyable bytes 5.45 at 100, 0.17 at 200, 0.08 at 400; the same with 8 taps), where `full` needs 900–1,000.
+The backbone's own convolution (model.qk_conv, memzoo.core.qk_conv) is the same function and ships, as
+`copy-conv-a`, the start of stage X (3.3 minutes on one thread; the same curve to the second decimal):
+
+    PYTHONPATH=. python experiments/backbone/copy_stage_a.py --qk-conv 4 --steps 500 --name copy-conv-a --minutes 3.3
 """
 from __future__ import annotations
 
@@ -45,10 +49,15 @@ from memzoo.training.backbones import shipped_dir, write_backbone
 ROW = 128  # bytes a row: one segment
 
 
-def model(memory: str = "full", options: tuple[str, ...] = ()) -> MemoryModel:
+def model_config(qk_conv: int = 0) -> ModelConfig:
+    """The small preset at one segment of ROW bytes, with the backbone's convolution of `qk_conv` taps."""
+    return ModelConfig(d_model=128, n_layers=4, n_heads=4, segment_len=ROW, qk_conv=qk_conv)
+
+
+def model(memory: str = "full", options: tuple[str, ...] = (), qk_conv: int = 0) -> MemoryModel:
     """The small preset as `full` (or a plugin memory with `options`, key=value), from the shipped
-    block-local backbone; a plugin's own weights keep their initialisation."""
-    net = MemoryModel(ModelConfig(d_model=128, n_layers=4, n_heads=4, segment_len=ROW), memory,
+    block-local backbone; a plugin's own weights and the convolution's taps keep their initialisation."""
+    net = MemoryModel(model_config(qk_conv), memory,
                       memory_config(memory, OmegaConf.from_dotlist(list(options))), seed=0)  # the plugin's defaults
     net.load_state_dict(torch.load(shipped_dir() / "small-stdlib.pt", weights_only=True), strict=False)
     return net
@@ -69,9 +78,9 @@ def periodic_rows(reads: CopyReads, batch: int, gen: torch.Generator) -> tuple[t
 
 
 def train(steps: int, lr: float, lo: int, hi: int, batch: int, ckpt: Path,
-          memory: str = "full", options: tuple[str, ...] = ()) -> MemoryModel:
+          memory: str = "full", options: tuple[str, ...] = (), qk_conv: int = 0) -> MemoryModel:
     """Stage A's loop; resumes from `ckpt` when it exists."""
-    net = model(memory, options)
+    net = model(memory, options, qk_conv)
     opt = torch.optim.AdamW(net.optim_groups(0.1, lr), lr=lr, betas=(0.9, 0.95))
     start = 0
     if ckpt.is_file():
@@ -100,10 +109,10 @@ def train(steps: int, lr: float, lo: int, hi: int, batch: int, ckpt: Path,
     return net
 
 
-def ship(ckpt: Path, name: str, cost: str, dest: Path) -> Path:
+def ship(ckpt: Path, name: str, cost: str, dest: Path, qk_conv: int = 0) -> Path:
     """Write the checkpoint's backbone weights as shipped backbone `name`, with its index record."""
     state = torch.load(ckpt, weights_only=False)
-    model_cfg = OmegaConf.structured(ModelConfig(d_model=128, n_layers=4, n_heads=4, segment_len=ROW))
+    model_cfg = OmegaConf.structured(model_config(qk_conv))
     return write_backbone(state["model"], name, model_cfg, dest, {
         "method": "full", "seed": 0, "steps": int(state["step"]), "batch_size": 32, "window_segments": 1,
         "data": "copy rows (random printable strings, period 8..48)", "cost": cost})
@@ -123,6 +132,10 @@ def main() -> None:
                     help="a plugin module to import first (a .py file or a dotted name); repeatable")
     ap.add_argument("--memory", default="full", help="the memory to train as (a pilot: not shipped unless full)")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="the memory's config")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="the measured training minutes for the card (default: estimated at 1.1 s a step, one thread)")
+    ap.add_argument("--qk-conv", type=int, default=0, metavar="K",
+                    help="the backbone's convolution on queries and keys, K taps (model.qk_conv; 0: none)")
     args = ap.parse_args()
     import_plugins(args.imports)
     if args.memory != "full" and args.ship_only:
@@ -133,16 +146,18 @@ def main() -> None:
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     if not args.ship_only:
-        train(args.steps, args.lr, *args.distance, args.batch, ckpt, args.memory, tuple(args.option))
+        train(args.steps, args.lr, *args.distance, args.batch, ckpt, args.memory, tuple(args.option), args.qk_conv)
     steps = torch.load(ckpt, weights_only=False)["step"]
     if args.memory != "full":  # a pilot: continue with task.init_from=<the checkpoint's folder> init_backbone_only=false
         print(f"{args.memory} after {steps} steps: {ckpt} (not shipped: a backbone keeps no memory weights)")
         return
-    cost = (f"stage A: {steps:,} steps of full from small-stdlib on copy rows only (batch 32 x 128 bytes, period "
-            f"{args.distance[0]}..{args.distance[1]}, lr {args.lr:g}), about {steps * 1.1 / 60:.0f} minutes on one "
+    conv = f" with model.qk_conv={args.qk_conv}" if args.qk_conv else ""
+    minutes = args.minutes if args.minutes is not None else steps * 1.1 / 60
+    cost = (f"stage A: {steps:,} steps of full{conv} from small-stdlib on copy rows only (batch 32 x 128 bytes, period "
+            f"{args.distance[0]}..{args.distance[1]}, lr {args.lr:g}), about {minutes:.0f} minutes on one "
             f"thread of the project's 2-core CPU; made by experiments/backbone/copy_stage_a.py; copies at the "
             f"distances it was trained at, forgets text (stage B restores it)")
-    print(f"shipped {ship(ckpt, args.name, cost, Path(args.dest) if args.dest else shipped_dir())} "
+    print(f"shipped {ship(ckpt, args.name, cost, Path(args.dest) if args.dest else shipped_dir(), args.qk_conv)} "
           f"({time.time() - t0:.0f} s)")
 
 

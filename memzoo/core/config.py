@@ -31,6 +31,11 @@ class ModelConfig:
     # the option existed); 0 < W <= segment_len: each query sees exactly the W positions up to itself,
     # its segment's causal past and the tail of the previous segment (carried as backbone state).
     attention_span: int = 0
+    # K: a short causal convolution over time on every layer's queries and keys (memzoo.core.qk_conv), K
+    # taps per channel starting as the identity, its last K - 1 rows carried as backbone state. 0: none
+    # (every backbone shipped before it). The taps train at qk_conv_lr_mult x the run's rate, undecayed.
+    qk_conv: int = 0
+    qk_conv_lr_mult: float = 5.0
     rope_base: float = 10000.0
     dropout: float = 0.0
     attention_backend: str = "auto"  # auto | sdpa | xformers (xformers: CUDA only)

@@ -11,7 +11,8 @@ them) around every block. The backbone knows no method by name.
 With model.attention_span = W > 0 the backbone's attention is a sliding window (memzoo.core.window):
 each layer carries the previous segment's last W - 1 keys and values as backbone state
 (`ModelState.window`), and the attention handed to the memory prepends them; a memory opts out with
-`uses_window = False`.
+`uses_window = False`. With model.qk_conv = K > 0 every layer's queries and keys pass a short causal
+convolution over time (memzoo.core.qk_conv), whose last K - 1 raw rows ride in the same per-layer state.
 """
 from __future__ import annotations
 
@@ -28,14 +29,15 @@ from memzoo.core.block import Block
 from memzoo.core.config import ConfigError, ModelConfig
 from memzoo.core.memory import LayerMemory, MemoryParts, ModelMemory, State, map_state, zero_loss
 from memzoo.core.plugins import build_memory, get_memory
+from memzoo.core.qk_conv import TAIL, check_qk_conv, tail_init, tail_numbers
 from memzoo.core.window import WindowState, check_span, window_footprint, window_init
 
 
 @dataclass
 class ModelState:
     """Everything carried from one call to the next: one memory state per layer, the model memory's,
-    and the backbone's sliding window per layer (empty when model.attention_span = 0; `{}` for a
-    layer whose memory opts out). The window is backbone state, not memory: `all()` (what a memory's
+    and the backbone's own state per layer: its sliding window and its convolution's history (empty when
+    it carries neither; `{}` for a layer with no window and no convolution). It is not memory: `all()` (what a memory's
     footprint measures) leaves it out, `carried()` has it."""
 
     layers: list[State]
@@ -88,6 +90,7 @@ class MemoryModel(nn.Module):
         super().__init__()
         try:
             check_span(cfg.attention_span, cfg.segment_len)
+            check_qk_conv(cfg.qk_conv)
         except ValueError as err:
             raise ConfigError(str(err)) from None
         if cfg.init_streams not in INIT_STREAMS:
@@ -153,19 +156,33 @@ class MemoryModel(nn.Module):
         fresh = self.initial_state(batch_size, self.embed.weight.device)
         return ModelState(fresh.layers, fresh.model, state.window)
 
+    @property
+    def carries_backbone_state(self) -> bool:
+        """Whether the backbone carries state of its own per layer: a sliding window or the history of
+        its convolution on queries and keys (memzoo.core.qk_conv)."""
+        return bool(self.cfg.attention_span or self.cfg.qk_conv)
+
     def initial_window(self, batch_size: int, device: torch.device) -> list[WindowState]:
-        """The backbone's empty window per layer ({} for a layer that opts out); [] when attention_span = 0."""
-        if not self.cfg.attention_span:
+        """The backbone's empty state per layer: the window ({} for a layer that opts out) and the
+        convolution's zero history; [] when it carries neither."""
+        if not self.carries_backbone_state:
             return []
-        dtype = self.embed.weight.dtype
-        return [window_init(batch_size, b.attn.span, self.cfg.n_heads, self.cfg.d_head, device, dtype)
-                if b.attn.span else {} for b in self.blocks]
+        dtype, c = self.embed.weight.dtype, self.cfg
+        windows = [window_init(batch_size, b.attn.span, c.n_heads, c.d_head, device, dtype) if b.attn.span else {}
+                   for b in self.blocks]
+        if c.qk_conv:
+            windows = [{**w, TAIL: tail_init(batch_size, c.qk_conv, c.n_heads, c.d_head, device, dtype)} for w in windows]
+        return windows
 
     def window_footprint(self) -> dict[str, int]:
-        """Numbers the backbone's window holds per sequence (2 x H x D x (W - 1) x the layers that use
-        it), apart from the memory's footprint; measured: state_numbers(state.window, B)."""
+        """Numbers the backbone carries per sequence, apart from the memory's footprint: its window's
+        (2 x H x D x (W - 1) x the layers that use it) and its convolution's history ("qk_tail": 2 x H x
+        D x (K - 1) x layers); measured: state_numbers(state.window, B)."""
         layers = sum(1 for b in self.blocks if b.attn.span)
-        return window_footprint(self.cfg.attention_span, self.cfg.n_heads, self.cfg.d_head, layers)
+        c = self.cfg
+        out = window_footprint(c.attention_span, c.n_heads, c.d_head, layers)
+        tail = tail_numbers(c.qk_conv, c.n_heads, c.d_head, len(self.blocks))
+        return {**out, "total": out["total"] + tail, "qk_tail": tail}
 
     def forward(self, tokens: Tensor, state: Optional[ModelState] = None, reset: Optional[Tensor] = None) -> ModelOutput:
         """tokens: [B, S, N] (or [B, N] for one segment); reset: [B, S] bool, document starts.
@@ -187,11 +204,11 @@ class MemoryModel(nn.Module):
             raise ValueError(f"reset must be a bool tensor of shape [B, S] = {[b, s]}; got {reset.dtype} {list(reset.shape)}")
         if len(state.layers) != len(self.blocks):
             raise ValueError(f"state has {len(state.layers)} layer states for a {len(self.blocks)}-layer model")
-        if self.cfg.attention_span and not state.window:  # a state made without the window: start it empty
+        if self.carries_backbone_state and not state.window:  # a state made without the window: start it empty
             state = ModelState(state.layers, state.model, self.initial_window(b, tokens.device))
-        if len(state.window) not in (0, len(self.blocks)) or (state.window and not self.cfg.attention_span):
+        if len(state.window) not in (0, len(self.blocks)) or (state.window and not self.carries_backbone_state):
             raise ValueError(f"state has {len(state.window)} window states for a {len(self.blocks)}-layer model "
-                             f"with model.attention_span={self.cfg.attention_span}")
+                             f"with model.attention_span={self.cfg.attention_span}, model.qk_conv={self.cfg.qk_conv}")
         for st in state.carried():
             for key, value in st.items():
                 if value.shape[0] != b:
@@ -225,7 +242,7 @@ class MemoryModel(nn.Module):
             new_states.append(st)
             new_windows.append(win)
             aux = aux + a
-        return x, new_states, aux, hook_state, new_windows if self.cfg.attention_span else []
+        return x, new_states, aux, hook_state, new_windows if self.carries_backbone_state else []
 
     def _layer_major(self, tokens: Tensor, state: ModelState, reset: Tensor) -> ModelOutput:
         x = self.embed(tokens)  # [B, S, N, d_model]

@@ -29,6 +29,9 @@ INDEX = "index.json"
 # What the weights mean: shapes, the positions they were trained at and the vocabulary. Not dropout, the
 # attention kernel, activation checkpointing or how weights would be initialised (they are loaded).
 HASHED_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "mlp_ratio", "segment_len", "rope_base", "head_dim")
+# Keys added later, hashed only where they differ from the value every earlier backbone had, so those keep
+# their hash: the backbone's convolution on queries and keys (memzoo.core.qk_conv).
+HASHED_UNLESS_DEFAULT = {"qk_conv": 0}
 
 
 def is_shipped(init_from: Optional[str]) -> bool:
@@ -39,7 +42,8 @@ def is_shipped(init_from: Optional[str]) -> bool:
 def backbone_config(model_cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     """The model-config keys a backbone's weights depend on."""
     cfg = OmegaConf.to_container(model_cfg, resolve=True) if isinstance(model_cfg, DictConfig) else dict(model_cfg)
-    return {key: cfg.get(key) for key in HASHED_KEYS}
+    keys = {key: cfg.get(key) for key in HASHED_KEYS}
+    return keys | {key: cfg[key] for key, default in HASHED_UNLESS_DEFAULT.items() if cfg.get(key, default) != default}
 
 
 def backbone_hash(model_cfg: DictConfig | dict[str, Any]) -> str:

@@ -34,8 +34,8 @@ BOOKKEEPING = ("train.threads", "train.checkpoint_every", "train.log_every")
 BOOKKEEPING_SECTIONS = ("log",)  # where metrics go (log.tracker, its project and group)
 # Sections added after reference rows were shipped: hashed only where set away from their defaults,
 # so the rows of runs that never use them keep their hash.
-HASHED_WHEN_SET = ("model.attention_span", "task.min_gap_segments", "task.rewrites", "task.babilong", "train.carry_state",
-                   "train.max_doc_segments", "train.doc_start", "train.tf32", "train.copy_share",
+HASHED_WHEN_SET = ("model.attention_span", "model.qk_conv", "model.qk_conv_lr_mult", "task.min_gap_segments",
+                   "task.rewrites", "task.babilong", "train.carry_state", "train.max_doc_segments", "train.doc_start", "train.tf32", "train.copy_share",
                    "train.copy_distance", "train.copy_layout", "task.rebase_rope")
 
 
