@@ -1,13 +1,13 @@
-"""What pair reads in fine-tuning change: `lm-window-pairs` against `lm-window-rope3`, run for run (the
-same backbone, method and seed; only train.copy_share and train.copy_layout differ, as
-tests/test_window_pairs.py holds). For every variant in both suites: bits per byte on segments >= 1 and
-on beyond-window copyable bytes, and the difference from its own suite's floor, under each protocol,
-with the protocol's effect (pairs - text) paired by seed, mean ± the 95% t half-width over seeds; and
-second-copy bits per byte by distance (random chunks, state carried), mean over seeds.
+"""What one change to `lm-window-rope3` does, run for run: `lm-window-pairs` (pair reads in fine-tuning) or
+`lm-window-conv` (the backbone with the convolution on queries and keys), against `lm-window-rope3` (the same
+method and seed; only the change differs, as tests/test_suite_variants.py holds). For every variant in both
+suites: bits per byte on segments >= 1 and on beyond-window copyable bytes, and the difference from its own
+suite's floor, under each, with the change's effect (variant - base) paired by seed, mean ± the 95% t
+half-width over seeds; and second-copy bits per byte by distance (state carried), mean over seeds.
 
-    python experiments/window/finetune_reads.py [--text ROWS.parquet] [--pairs ROWS.parquet] [--out FILE.json]
+    python experiments/window/finetune_reads.py [--suite lm-window-conv] [--base ROWS] [--rows ROWS] [--out FILE.json]
 
-Without --text / --pairs it reads the shipped rows of the two suites.
+Without --base / --rows it reads the shipped rows of the two suites.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t
 from memzoo.publishing.references import load_references
 
 QUANTITIES = ("after", "beyond", "after_vs_floor", "beyond_vs_floor")
+BASE = "lm-window-rope3"  # the suite every change is read against
 
 
 def per_variant(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -37,53 +38,54 @@ def per_variant(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return out
 
 
-def protocol_effect(text: pd.DataFrame, pairs: pd.DataFrame) -> dict[str, dict[str, dict[str, float]]]:
-    """Per variant in both: each quantity under text-only and pair-read fine-tuning (mean over seeds) and
-    pairs - text paired by seed (mean, 95% t half-width, p, seeds), the means over the seeds both have."""
-    a, b = per_variant(text), per_variant(pairs)
+def protocol_effect(base: pd.DataFrame, changed: pd.DataFrame) -> dict[str, dict[str, dict[str, float]]]:
+    """Per variant in both: each quantity under the base suite and the changed one (mean over seeds) and
+    changed - base paired by seed (mean, 95% t half-width, p, seeds), the means over the seeds both have."""
+    a, b = per_variant(base), per_variant(changed)
     effects = {}
     for variant in [v for v in b if v in a]:
         row, seeds = {}, a[variant].index.intersection(b[variant].index)  # the means too: paired seeds only
         for q in QUANTITIES:
             d = paired_differences(b[variant][q], a[variant][q])
             mean, half, p = paired_t(d)
-            row[q] = {"text": round(float(a[variant].loc[seeds, q].mean()), 4),
-                      "pairs": round(float(b[variant].loc[seeds, q].mean()), 4),
+            row[q] = {"base": round(float(a[variant].loc[seeds, q].mean()), 4),
+                      "variant": round(float(b[variant].loc[seeds, q].mean()), 4),
                       "effect": round(mean, 4), "ci": round(half, 4), "p": round(p, 4), "seeds": int(len(d))}
         effects[variant] = row
     return effects
 
 
-def copying(text: pd.DataFrame, pairs: pd.DataFrame, kind: str = "random") -> dict[str, dict[str, list[float]]]:
-    """Variant -> distance -> [second copy after text-only fine-tuning, after pair-read fine-tuning]."""
-    a, b = copy_distance_long(text, kind), copy_distance_long(pairs, kind)
-    merged = a.merge(b, on=["variant", "distance"], suffixes=("_text", "_pairs"))
+def copying(base: pd.DataFrame, changed: pd.DataFrame, kind: str = "random") -> dict[str, dict[str, list[float]]]:
+    """Variant -> distance -> [second copy under the base suite, under the changed one]."""
+    a, b = copy_distance_long(base, kind), copy_distance_long(changed, kind)
+    merged = a.merge(b, on=["variant", "distance"], suffixes=("_base", "_variant"))
     out: dict[str, dict[str, list[float]]] = {}
     for _, r in merged.iterrows():
-        out.setdefault(r["variant"], {})[str(int(r["distance"]))] = [round(r["second_text"], 3), round(r["second_pairs"], 3)]
+        out.setdefault(r["variant"], {})[str(int(r["distance"]))] = [round(r["second_base"], 3), round(r["second_variant"], 3)]
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--text", type=Path, help="lm-window-rope3 rows (default: the shipped ones)")
-    ap.add_argument("--pairs", type=Path, help="lm-window-pairs rows (default: the shipped ones)")
+    ap.add_argument("--suite", default="lm-window-pairs", help="the changed suite (lm-window-pairs or lm-window-conv)")
+    ap.add_argument("--base", type=Path, help="lm-window-rope3 rows (default: the shipped ones)")
+    ap.add_argument("--rows", type=Path, help="the changed suite's rows (default: the shipped ones)")
     ap.add_argument("--out", type=Path, help="write the numbers as JSON here")
     args = ap.parse_args()
-    text = pd.read_parquet(args.text) if args.text else load_references("lm-window-rope3")
-    pairs = pd.read_parquet(args.pairs) if args.pairs else load_references("lm-window-pairs")
-    effects = protocol_effect(text, pairs)
+    base = pd.read_parquet(args.base) if args.base else load_references(BASE)
+    changed = pd.read_parquet(args.rows) if args.rows else load_references(args.suite)
+    effects = protocol_effect(base, changed)
     for variant, row in effects.items():
-        cells = [f"{q} {r['text']:.3f} -> {r['pairs']:.3f} ({r['effect']:+.3f} ± {r['ci']:.3f}, {r['seeds']} seeds)"
+        cells = [f"{q} {r['base']:.3f} -> {r['variant']:.3f} ({r['effect']:+.3f} ± {r['ci']:.3f}, {r['seeds']} seeds)"
                  for q, r in row.items()]
         print(f"{variant}:\n  " + "\n  ".join(cells))
-    copy = {kind: copying(text, pairs, kind) for kind in ("random", "text")}
+    copy = {kind: copying(base, changed, kind) for kind in ("random", "text")}
     for kind, by_variant in copy.items():
         for variant, by_d in by_variant.items():
             print(f"{kind:6} {variant:>16}: " + " ".join(f"{d}:{t:.2f}->{p:.2f}" for d, (t, p) in by_d.items()))
     if args.out:
-        args.out.write_text(json.dumps({"effects": effects, "copy_second_bits_text_then_pairs": copy}, indent=1) + "\n")
-
+        args.out.write_text(json.dumps({"base": BASE, "variant": args.suite, "effects": effects,
+                                        "copy_second_bits_base_then_variant": copy}, indent=1) + "\n")
 
 if __name__ == "__main__":
     main()

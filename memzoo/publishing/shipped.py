@@ -5,16 +5,20 @@ from __future__ import annotations
 import pandas as pd
 
 from memzoo.analysis.bpb import CEILING
+from memzoo.publishing import backbone_cards
 from memzoo.publishing.references import MEASURED, SHIPPED_SUITES, load_measured, load_references, references_dir
 
 
 def shipped_rows(source: str) -> pd.DataFrame:
     """A source's shipped rows: a suite's (memzoo/references/SUITE.parquet) or a measurement's
-    (memzoo/references/NAME.csv, e.g. gpu-speed, cpu-cost); empty where none are shipped yet."""
+    (memzoo/references/NAME.csv, e.g. gpu-speed, cpu-cost), or the backbones' cards; empty where none
+    are shipped yet."""
     if source in SHIPPED_SUITES:
         return load_references(source)
     if source in MEASURED:
         return load_measured(source)
+    if source == backbone_cards.SOURCE:  # the shipped backbones' cards (memzoo/backbones/index.json)
+        return backbone_cards.card_rows()
     path = references_dir() / f"{source}.csv"
     return pd.read_csv(path) if path.is_file() else pd.DataFrame()
 

@@ -17,6 +17,7 @@ from memzoo.analysis.beyond_window import band_table, window_summary
 from memzoo.analysis.distance import common_gaps_only
 from memzoo.analysis.bpb import CEILING, NO_HEADROOM
 from memzoo.analysis.stats import REFERENCE
+from memzoo.publishing import backbone_cards
 from memzoo.publishing.cpu_cost import cpu_cost_md
 from memzoo.publishing.formats import MINUS, interval, markdown, seeds_of
 from memzoo.publishing.overview import CEILING_SUITES, OVERVIEW_SOURCES, overview_table
@@ -269,4 +270,5 @@ TABLES: dict[str, tuple[str | tuple[str, ...], Callable]] = {
     "distance-table": ("distance", distance_md),
     "distance-reach": ("distance", distance_reach_md),
     "cpu-cost-table": ("cpu-cost", cpu_cost_md),
+    "backbone-probe": (backbone_cards.SOURCE, backbone_cards.probe_md),
 }

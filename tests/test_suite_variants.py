@@ -1,6 +1,6 @@
-"""lm-window-pairs is lm-window-rope3 with pair reads in fine-tuning, and nothing else: the two suites' rows
-are paired by method and seed (experiments/window/finetune_reads.py), so any other difference would be
-read as the pair reads' effect."""
+"""lm-window-pairs is lm-window-rope3 with pair reads in fine-tuning, and nothing else; lm-window-conv is it
+from another backbone, and nothing else. Each suite's rows pair with lm-window-rope3's by method and seed
+(experiments/window/finetune_reads.py), so any other difference would be read as the change's effect."""
 from __future__ import annotations
 
 from typing import Any
@@ -30,3 +30,16 @@ def test_the_pair_read_suite_changes_only_what_fine_tuning_reads() -> None:
         assert changed == {"train.copy_share": (0.0, 0.5), "train.copy_layout": ("periodic", "pairs"),
                            "log.group": ("lm-window-rope3", "lm-window-pairs"),
                            "out_dir": ("results/lm-window-rope3/runs", "results/lm-window-pairs/runs")}, name
+
+
+def test_the_convolution_suite_changes_only_the_backbone() -> None:
+    """lm-window-conv is lm-window-rope3 from `copy-conv2`: the model's convolution and the backbone differ,
+    every step, batch, seed and evaluation is the same, so its rows pair with lm-window-rope3's by method and seed."""
+    text, conv = run_configs("lm-window-rope3"), run_configs("lm-window-conv")
+    assert conv.keys() <= text.keys() and len(conv) >= 5 * 3
+    for name in conv:
+        changed = {k: (text[name].get(k), conv[name].get(k)) for k in text[name].keys() | conv[name].keys()
+                   if text[name].get(k) != conv[name].get(k)}
+        assert changed == {"model.qk_conv": (0, 4), "task.init_from": ("backbone:copy-stdlib-rope3", "backbone:copy-conv2"),
+                           "log.group": ("lm-window-rope3", "lm-window-conv"),
+                           "out_dir": ("results/lm-window-rope3/runs", "results/lm-window-conv/runs")}, name
