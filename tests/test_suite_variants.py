@@ -21,12 +21,16 @@ def run_configs(suite: str) -> dict[str, dict[str, Any]]:
     return {spec.name: flat(OmegaConf.to_container(spec.cfg, resolve=True)) for spec in expand(load_suite(suite))}
 
 
+def changes(variant: str, base: str = "lm-window-rope3") -> dict[str, dict[str, tuple[Any, Any]]]:
+    """Run name -> every config key whose value differs between the base suite's run and the variant's."""
+    text, other = run_configs(base), run_configs(variant)
+    assert other.keys() <= text.keys() and len(other) >= 5 * 3
+    return {name: {k: (text[name].get(k), other[name].get(k)) for k in text[name].keys() | other[name].keys()
+                   if text[name].get(k) != other[name].get(k)} for name in other}
+
+
 def test_the_pair_read_suite_changes_only_what_fine_tuning_reads() -> None:
-    text, pairs = run_configs("lm-window-rope3"), run_configs("lm-window-pairs")
-    assert pairs.keys() <= text.keys() and len(pairs) >= 5 * 3
-    for name in pairs:
-        changed = {k: (text[name].get(k), pairs[name].get(k)) for k in text[name].keys() | pairs[name].keys()
-                   if text[name].get(k) != pairs[name].get(k)}
+    for name, changed in changes("lm-window-pairs").items():
         assert changed == {"train.copy_share": (0.0, 0.5), "train.copy_layout": ("periodic", "pairs"),
                            "log.group": ("lm-window-rope3", "lm-window-pairs"),
                            "out_dir": ("results/lm-window-rope3/runs", "results/lm-window-pairs/runs")}, name
@@ -35,11 +39,7 @@ def test_the_pair_read_suite_changes_only_what_fine_tuning_reads() -> None:
 def test_the_convolution_suite_changes_only_the_backbone() -> None:
     """lm-window-conv is lm-window-rope3 from `copy-conv2`: the model's convolution and the backbone differ,
     every step, batch, seed and evaluation is the same, so its rows pair with lm-window-rope3's by method and seed."""
-    text, conv = run_configs("lm-window-rope3"), run_configs("lm-window-conv")
-    assert conv.keys() <= text.keys() and len(conv) >= 5 * 3
-    for name in conv:
-        changed = {k: (text[name].get(k), conv[name].get(k)) for k in text[name].keys() | conv[name].keys()
-                   if text[name].get(k) != conv[name].get(k)}
+    for name, changed in changes("lm-window-conv").items():
         assert changed == {"model.qk_conv": (0, 4), "task.init_from": ("backbone:copy-stdlib-rope3", "backbone:copy-conv2"),
                            "log.group": ("lm-window-rope3", "lm-window-conv"),
                            "out_dir": ("results/lm-window-rope3/runs", "results/lm-window-conv/runs")}, name
