@@ -1,6 +1,7 @@
 """lm-window-pairs is lm-window-rope3 with pair reads in fine-tuning, and nothing else; lm-window-conv is it
-from another backbone, and nothing else. Each suite's rows pair with lm-window-rope3's by method and seed
-(experiments/window/finetune_reads.py), so any other difference would be read as the change's effect."""
+from another backbone, and nothing else; lm-window-conv3 is lm-window-conv from that backbone trained further.
+Each suite's rows pair with its base's by method and seed (experiments/window/finetune_reads.py), so any other
+difference would be read as the change's effect."""
 from __future__ import annotations
 
 from typing import Any
@@ -43,3 +44,11 @@ def test_the_convolution_suite_changes_only_the_backbone() -> None:
         assert changed == {"model.qk_conv": (0, 4), "task.init_from": ("backbone:copy-stdlib-rope3", "backbone:copy-conv2"),
                            "log.group": ("lm-window-rope3", "lm-window-conv"),
                            "out_dir": ("results/lm-window-rope3/runs", "results/lm-window-conv/runs")}, name
+
+
+def test_the_third_convolution_suite_changes_only_the_backbone_s_training() -> None:
+    """lm-window-conv3 is lm-window-conv from `copy-conv3` (copy-conv2 trained further): nothing else differs."""
+    for name, changed in changes("lm-window-conv3", base="lm-window-conv").items():
+        assert changed == {"task.init_from": ("backbone:copy-conv2", "backbone:copy-conv3"),
+                           "log.group": ("lm-window-conv", "lm-window-conv3"),
+                           "out_dir": ("results/lm-window-conv/runs", "results/lm-window-conv3/runs")}, name
