@@ -1,11 +1,13 @@
-"""What one change to `lm-window-rope3` does, run for run: `lm-window-pairs` (pair reads in fine-tuning) or
-`lm-window-conv` (the backbone with the convolution on queries and keys), against `lm-window-rope3` (the same
-method and seed; only the change differs, as tests/test_suite_variants.py holds). For every variant in both
+"""What one change to a suite does, run for run: `lm-window-pairs` (pair reads in fine-tuning) or
+`lm-window-conv` (the backbone with the convolution on queries and keys) against `lm-window-rope3`, or
+`lm-window-conv3` (that backbone trained further) against `lm-window-conv` (the same method and seed; only the
+change differs, as tests/test_suite_variants.py holds). For every variant in both
 suites: bits per byte on segments >= 1 and on beyond-window copyable bytes, and the difference from its own
 suite's floor, under each, with the change's effect (variant - base) paired by seed, mean ± the 95% t
 half-width over seeds; and second-copy bits per byte by distance (state carried), mean over seeds.
 
-    python experiments/window/finetune_reads.py [--suite lm-window-conv] [--base ROWS] [--rows ROWS] [--out FILE.json]
+    python experiments/window/finetune_reads.py [--suite lm-window-conv] [--base-suite lm-window-rope3]
+        [--base ROWS] [--rows ROWS] [--out FILE.json]
 
 Without --base / --rows it reads the shipped rows of the two suites.
 """
@@ -23,7 +25,7 @@ from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t
 from memzoo.publishing.references import load_references
 
 QUANTITIES = ("after", "beyond", "after_vs_floor", "beyond_vs_floor")
-BASE = "lm-window-rope3"  # the suite every change is read against
+BASE = "lm-window-rope3"  # the suite a change is read against unless --base-suite names another
 
 
 def per_variant(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -67,12 +69,13 @@ def copying(base: pd.DataFrame, changed: pd.DataFrame, kind: str = "random") -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--suite", default="lm-window-pairs", help="the changed suite (lm-window-pairs or lm-window-conv)")
-    ap.add_argument("--base", type=Path, help="lm-window-rope3 rows (default: the shipped ones)")
+    ap.add_argument("--suite", default="lm-window-pairs", help="the changed suite (lm-window-pairs, lm-window-conv or lm-window-conv3)")
+    ap.add_argument("--base-suite", default=BASE, help="the suite it changes (lm-window-rope3, or lm-window-conv for lm-window-conv3)")
+    ap.add_argument("--base", type=Path, help="the base suite's rows (default: the shipped ones)")
     ap.add_argument("--rows", type=Path, help="the changed suite's rows (default: the shipped ones)")
     ap.add_argument("--out", type=Path, help="write the numbers as JSON here")
     args = ap.parse_args()
-    base = pd.read_parquet(args.base) if args.base else load_references(BASE)
+    base = pd.read_parquet(args.base) if args.base else load_references(args.base_suite)
     changed = pd.read_parquet(args.rows) if args.rows else load_references(args.suite)
     effects = protocol_effect(base, changed)
     for variant, row in effects.items():
@@ -84,7 +87,7 @@ def main() -> None:
         for variant, by_d in by_variant.items():
             print(f"{kind:6} {variant:>16}: " + " ".join(f"{d}:{t:.2f}->{p:.2f}" for d, (t, p) in by_d.items()))
     if args.out:
-        args.out.write_text(json.dumps({"base": BASE, "variant": args.suite, "effects": effects,
+        args.out.write_text(json.dumps({"base": args.base_suite, "variant": args.suite, "effects": effects,
                                         "copy_second_bits_base_then_variant": copy}, indent=1) + "\n")
 
 if __name__ == "__main__":
