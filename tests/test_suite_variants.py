@@ -1,11 +1,12 @@
 """lm-window-pairs is lm-window-rope3 with pair reads in fine-tuning, and nothing else; lm-window-conv is it
-from another backbone, and nothing else; lm-window-conv3 is lm-window-conv from that backbone trained further.
-Each suite's rows pair with its base's by method and seed (experiments/window/finetune_reads.py), so any other
-difference would be read as the change's effect."""
+from another backbone, and nothing else; lm-window-conv3 and lm-window-conv4 are lm-window-conv from that
+backbone trained further. Each suite's rows pair with its base's by method and seed
+(experiments/window/finetune_reads.py), so any other difference would be read as the change's effect."""
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from omegaconf import OmegaConf
 
 from memzoo.suites.compare import expand, load_suite
@@ -46,9 +47,13 @@ def test_the_convolution_suite_changes_only_the_backbone() -> None:
                            "out_dir": ("results/lm-window-rope3/runs", "results/lm-window-conv/runs")}, name
 
 
-def test_the_third_convolution_suite_changes_only_the_backbone_s_training() -> None:
-    """lm-window-conv3 is lm-window-conv from `copy-conv3` (copy-conv2 trained further): nothing else differs."""
-    for name, changed in changes("lm-window-conv3", base="lm-window-conv").items():
-        assert changed == {"task.init_from": ("backbone:copy-conv2", "backbone:copy-conv3"),
-                           "log.group": ("lm-window-conv", "lm-window-conv3"),
-                           "out_dir": ("results/lm-window-conv/runs", "results/lm-window-conv3/runs")}, name
+@pytest.mark.parametrize("suite, base, backbones", [("lm-window-conv3", "lm-window-conv", ("copy-conv2", "copy-conv3")),
+                                                     ("lm-window-conv4", "lm-window-conv3", ("copy-conv3", "copy-conv4"))])
+def test_a_later_convolution_suite_changes_only_the_backbone_s_training(suite: str, base: str,
+                                                                         backbones: tuple[str, str]) -> None:
+    """lm-window-conv3 is lm-window-conv from `copy-conv3` (copy-conv2 trained further), lm-window-conv4 is
+    lm-window-conv3 from `copy-conv4` (copy-conv3 trained further): nothing else differs."""
+    for name, changed in changes(suite, base=base).items():
+        assert changed == {"task.init_from": tuple(f"backbone:{b}" for b in backbones),
+                           "log.group": (base, suite),
+                           "out_dir": (f"results/{base}/runs", f"results/{suite}/runs")}, name
