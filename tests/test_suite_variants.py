@@ -1,5 +1,5 @@
 """lm-window-pairs is lm-window-rope3 with pair reads in fine-tuning, and nothing else; lm-window-conv is it
-from another backbone, and nothing else; lm-window-conv3 and lm-window-conv4 are lm-window-conv from that
+from another backbone, and nothing else; lm-window-conv3 to lm-window-conv5 are lm-window-conv from that
 backbone trained further. Each suite's rows pair with its base's by method and seed
 (experiments/window/finetune_reads.py), so any other difference would be read as the change's effect."""
 from __future__ import annotations
@@ -48,11 +48,12 @@ def test_the_convolution_suite_changes_only_the_backbone() -> None:
 
 
 @pytest.mark.parametrize("suite, base, backbones", [("lm-window-conv3", "lm-window-conv", ("copy-conv2", "copy-conv3")),
-                                                     ("lm-window-conv4", "lm-window-conv3", ("copy-conv3", "copy-conv4"))])
+                                                     ("lm-window-conv4", "lm-window-conv3", ("copy-conv3", "copy-conv4")),
+                                                     ("lm-window-conv5", "lm-window-conv4", ("copy-conv4", "copy-conv5"))])
 def test_a_later_convolution_suite_changes_only_the_backbone_s_training(suite: str, base: str,
                                                                          backbones: tuple[str, str]) -> None:
-    """lm-window-conv3 is lm-window-conv from `copy-conv3` (copy-conv2 trained further), lm-window-conv4 is
-    lm-window-conv3 from `copy-conv4` (copy-conv3 trained further): nothing else differs."""
+    """lm-window-conv3 is lm-window-conv from `copy-conv3` (copy-conv2 trained further), and each later one
+    the one before from the next stage (copy-conv3 trained further): nothing else differs."""
     for name, changed in changes(suite, base=base).items():
         assert changed == {"task.init_from": tuple(f"backbone:{b}" for b in backbones),
                            "log.group": (base, suite),
