@@ -29,7 +29,7 @@ from memzoo.suites.compare import expand, load_suite
 from memzoo.suites.expansion import RunSpec, grid_columns
 
 SHIPPED_SUITES = ("lm-window", "lm-window-copy", "lm-window-rope", "lm-window-rope3", "lm-window-pairs", "lm-window-conv",
-                  "lm-window-conv3", "lm-window-conv4",
+                  "lm-window-conv3", "lm-window-conv4", "lm-window-conv5",
                   "lm-stream", "lm-stream-sotu", "lm-stream-gpu", "quick", "capacity-top", "distance")
 INDEX = "index.json"
 HOURS = "train_cpu_hours"  # the index's key: training hours of the shipped runs, every stage counted
