@@ -1,7 +1,7 @@
 """What one change to a suite does, run for run: `lm-window-pairs` (pair reads in fine-tuning) or
-`lm-window-conv` (the backbone with the convolution on queries and keys) against `lm-window-rope3`, or
-`lm-window-conv3` (that backbone trained further) against `lm-window-conv` (the same method and seed; only the
-change differs, as tests/test_suite_variants.py holds). For every variant in both
+`lm-window-conv` (the backbone with the convolution on queries and keys) against `lm-window-rope3`, or each of
+`lm-window-conv3` to `lm-window-conv5` (that backbone trained further) against the one before it (the same
+method and seed; only the change differs, as tests/test_suite_variants.py holds). For every variant in both
 suites: bits per byte on segments >= 1 and on beyond-window copyable bytes, and the difference from its own
 suite's floor, under each, with the change's effect (variant - base) paired by seed, mean ± the 95% t
 half-width over seeds; and second-copy bits per byte by distance (state carried), mean over seeds.
@@ -69,8 +69,8 @@ def copying(base: pd.DataFrame, changed: pd.DataFrame, kind: str = "random") -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--suite", default="lm-window-pairs", help="the changed suite (lm-window-pairs, lm-window-conv or lm-window-conv3)")
-    ap.add_argument("--base-suite", default=BASE, help="the suite it changes (lm-window-rope3, or lm-window-conv for lm-window-conv3)")
+    ap.add_argument("--suite", default="lm-window-pairs", help="the changed suite (e.g. lm-window-conv)")
+    ap.add_argument("--base-suite", default=BASE, help="the suite it changes (e.g. lm-window-conv for conv3)")
     ap.add_argument("--base", type=Path, help="the base suite's rows (default: the shipped ones)")
     ap.add_argument("--rows", type=Path, help="the changed suite's rows (default: the shipped ones)")
     ap.add_argument("--out", type=Path, help="write the numbers as JSON here")
