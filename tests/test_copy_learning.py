@@ -87,6 +87,17 @@ def test_copy_distances_are_log_uniform():
     assert 0.45 < low < 0.55, low
 
 
+def test_uniform_copy_distances_make_long_pairs_common():
+    gen = torch.Generator().manual_seed(0)
+    d = torch.tensor([CopyReads(1.0, 16, 4095, draw="uniform").distance(gen) for _ in range(4000)], dtype=torch.float64)
+    assert int(d.min()) >= 16 and int(d.max()) <= 4095
+    # uniform: about 15% at 3,500 bytes or more (log-uniform: 3%), and about half below 2,056
+    assert 0.12 < float((d >= 3500).double().mean()) < 0.18
+    assert 0.45 < float((d < 2056).double().mean()) < 0.55
+    with pytest.raises(ConfigError, match="train.copy_draw='gaussian'; expected one of log-uniform, uniform"):
+        CopyReads(1.0, 16, 4095, draw="gaussian")
+
+
 def test_the_stream_sampler_mixes_copy_reads_at_the_share_asked(tmp_path):
     from memzoo.data.corpus import Document
 

@@ -11,7 +11,7 @@ from memzoo.cli import main
 from memzoo.core.model import is_memory_name
 from memzoo.runs.checkpoints import load_backbone, load_checkpoint
 from memzoo.runs.configure import build_model, load_config
-from memzoo.training.backbones import load_shipped_backbone
+from memzoo.training.backbones import card_cost, load_shipped_backbone
 from memzoo.training.train import batch_source
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.segment_len=16", "train.steps=3",
@@ -29,6 +29,9 @@ def test_the_command_ships_a_backbone_with_its_card_that_a_fine_tune_loads(tmp_p
     card = json.loads((dest / "index.json").read_text())["tinycopy"]
     assert card["recipe"]["copy_share"] == 0.25 and card["recipe"]["method"] == "full"
     assert card["recipe"]["copy_layout"] == "periodic" and card["recipe"]["rope_base"] == 10000.0
+    assert card["recipe"]["copy_draw"] == "log-uniform" and "uniform" not in card_cost(card)
+    uniform = {**card, "recipe": {**card["recipe"], "copy_layout": "pairs", "copy_draw": "uniform"}}
+    assert "copy reads 25%, pairs, d uniform)" in card_cost(uniform)  # the card says how d was drawn
     assert card["steps"] == 3 and card["valid_bpb"] > 0
     # the probe ran at the distances within the 64-byte reads only, for both kinds of chunk
     assert sorted({(r["kind"], r["distance"]) for r in card["copy_probe"]}) == [

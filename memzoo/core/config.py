@@ -104,6 +104,9 @@ class TrainConfig:
     # occurrence inside text, as the copy probe and natural text have it) or "text-pairs" (the same, each
     # chunk cut from a donor document, drawn like a read, instead of random bytes)
     copy_layout: str = "periodic"
+    # how each pair's or period's d is drawn in copy_distance: "log-uniform" (as many short as long) or
+    # "uniform" (every distance alike, so long ones, which only long documents can hold, come often)
+    copy_draw: str = "log-uniform"
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 30

@@ -44,12 +44,16 @@ class CopyReads:
     layout: str = "periodic"  # periodic | pairs | text-pairs (module docstring)
     min_chunk: int = 16
     max_chunk: int = 64
+    draw: str = "log-uniform"  # how d is drawn in [min, max]: log-uniform (short and long alike) | uniform
 
     LAYOUTS = ("periodic", "pairs", "text-pairs")
+    DRAWS = ("log-uniform", "uniform")
 
     def __post_init__(self) -> None:
         if self.layout not in self.LAYOUTS:
             raise ConfigError(f"train.copy_layout={self.layout!r}; expected one of {', '.join(self.LAYOUTS)}")
+        if self.draw not in self.DRAWS:
+            raise ConfigError(f"train.copy_draw={self.draw!r}; expected one of {', '.join(self.DRAWS)}")
         if not 0.0 <= self.share <= 1.0:
             raise ConfigError(f"train.copy_share={self.share}; expected a fraction in [0, 1]")
         if not 1 <= self.min_distance <= self.max_distance:
@@ -57,9 +61,12 @@ class CopyReads:
                               "two byte distances 1 <= min <= max")
 
     def distance(self, gen: torch.Generator) -> int:
-        """A period drawn log-uniformly in [min_distance, max_distance]."""
-        lo, hi = math.log(self.min_distance), math.log(self.max_distance + 1)
+        """A period drawn in [min_distance, max_distance]: log-uniformly (as many in 16..256 as in 256..4,096)
+        or uniformly (each distance alike: most draws long, where log-uniform leaves long pairs rare)."""
         u = float(torch.rand((), generator=gen))
+        if self.draw == "uniform":
+            return min(self.max_distance, self.min_distance + int(u * (self.max_distance - self.min_distance + 1)))
+        lo, hi = math.log(self.min_distance), math.log(self.max_distance + 1)
         return min(self.max_distance, int(math.exp(lo + u * (hi - lo))))
 
     def make(self, length: int, gen: torch.Generator) -> Tensor:

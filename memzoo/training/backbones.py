@@ -117,6 +117,7 @@ def training_card(cfg: DictConfig, result: dict[str, Any]) -> dict[str, Any]:
                        "carry_state": bool(tc.carry_state), "max_doc_segments": tc.max_doc_segments,
                        "doc_start": str(tc.doc_start), "copy_share": float(tc.copy_share),
                        "copy_distance": [int(d) for d in tc.copy_distance], "copy_layout": str(tc.copy_layout),
+                       "copy_draw": str(tc.copy_draw),
                        "rope_base": float(cfg.model.rope_base), "rebase_rope": bool(cfg.task.rebase_rope), "lr": float(tc.lr)},
             "train_tokens": int(result["train_tokens"]), "train_seconds": round(seconds),
             "threads": int(tc.threads), "valid_bpb": float(result["valid_bpb"])}
@@ -127,6 +128,7 @@ def card_cost(card: dict[str, Any]) -> str:
     r = card["recipe"]
     start = f"from {r['init_from']}" if r["init_from"] else "from scratch"
     layout = f", {r['copy_layout']}" if r.get("copy_layout", "periodic") != "periodic" else ""  # cards before layouts: periodic
+    layout += f", d {r['copy_draw']}" if r.get("copy_draw", "log-uniform") != "log-uniform" else ""  # before draws: log-uniform
     return (f"{r['steps']:,} steps of {r['method']} {start} (batch {r['batch_size']} x {r['window_segments']} segments, "
             f"{card['train_tokens']:,} training bytes, copy reads {r['copy_share']:.0%}{layout}): {card['train_seconds'] / 60:.0f} "
             f"minutes of training on {card['threads'] or 'the default number of'} thread(s); valid bpb {card['valid_bpb']:.4f}")

@@ -36,7 +36,7 @@ BOOKKEEPING_SECTIONS = ("log",)  # where metrics go (log.tracker, its project an
 # so the rows of runs that never use them keep their hash.
 HASHED_WHEN_SET = ("model.attention_span", "model.qk_conv", "model.qk_conv_lr_mult", "task.min_gap_segments",
                    "task.rewrites", "task.babilong", "train.carry_state", "train.max_doc_segments", "train.doc_start", "train.tf32", "train.copy_share",
-                   "train.copy_distance", "train.copy_layout", "task.rebase_rope")
+                   "train.copy_distance", "train.copy_layout", "train.copy_draw", "task.rebase_rope")
 
 
 def stage_overrides(finetune: Any) -> list[Any]:

@@ -70,7 +70,8 @@ def batch_source(cfg: DictConfig) -> Callable[[int], Batch]:
                           "draws independent examples (use task.name=lm, or carry_state=false)")
     if cfg.task.name == "lm":
         docs = split_documents(load_documents(cfg.data), cfg.data)
-        copy = CopyReads(float(tc.copy_share), *[int(d) for d in tc.copy_distance], layout=str(tc.copy_layout))
+        copy = CopyReads(float(tc.copy_share), *[int(d) for d in tc.copy_distance], layout=str(tc.copy_layout),
+                          draw=str(tc.copy_draw))
         if copy.share > 0 and not tc.carry_state:
             raise ConfigError(f"train.copy_share={tc.copy_share} applies to train.carry_state=true only "
                               "(copy reads are read like documents); set carry_state=true or leave it 0")
