@@ -163,3 +163,24 @@ def test_a_memory_projects_keys_without_the_convolution() -> None:
     k, v = attn.project_kv(h)
     raw_k, raw_v = (h @ attn.qkv.weight[attn.d_inner :].T).view(2, 6, 2, 2, 16).permute(2, 0, 3, 1, 4)
     assert torch.equal(k, raw_k) and torch.equal(v, raw_v)
+
+
+@pytest.mark.parametrize("cache, same", [("kv", True), ("hidden", False)])
+def test_an_xl_key_cache_reads_the_convolved_keys(cache: str, same: bool) -> None:
+    """XL with cache=kv keeps the keys the layer attended, convolved: with a cache as long as the stream it
+    reads as `full` does, streamed segment by segment. cache=hidden re-projects unconvolved keys and does
+    not (why the convolution suites' XL rows use cache=kv)."""
+    torch.manual_seed(0)
+    xl = MemoryModel(tiny_model_config(qk_conv=K), "xl", tiny_memory_config("xl", {"mem_len": 64, "cache": cache})).eval()
+    full = model("full", K)
+    xl.load_state_dict(full.state_dict())
+    random_taps(xl), random_taps(full)
+    x = byte_tokens()
+    with torch.no_grad():
+        want = full(x).logits
+        state, parts = xl.initial_state(2), []
+        for s in range(x.shape[1]):
+            out = xl(x[:, s : s + 1], state)
+            state, parts = out.state, parts + [out.logits]
+    gap = float((torch.cat(parts, 1) - want).abs().max())
+    assert (gap < 1e-5) == same, gap

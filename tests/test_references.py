@@ -125,7 +125,7 @@ def test_the_scorecard_has_a_metric_for_every_shipped_suite_from_its_evaluations
         "lm-window-rope": ("bpb_after_segment_0", False), "lm-window-rope3": ("bpb_after_segment_0", False),
         "lm-window-pairs": ("bpb_after_segment_0", False), "lm-window-conv": ("bpb_after_segment_0", False),
         "lm-window-conv3": ("bpb_after_segment_0", False), "lm-window-conv4": ("bpb_after_segment_0", False),
-        "lm-window-conv5": ("bpb_after_segment_0", False),
+        "lm-window-conv5": ("bpb_after_segment_0", False), "lm-window-conv6": ("bpb_after_segment_0", False),
         "lm-stream": ("bpb_after_segment_0", False),
         "lm-stream-sotu": ("bpb_after_segment_0", False), "lm-stream-gpu": ("bpb_after_segment_0", False),
         "quick": ("valid_bpb", False), "capacity-top": ("recall_accuracy", True),

@@ -23,12 +23,17 @@ def run_configs(suite: str) -> dict[str, dict[str, Any]]:
     return {spec.name: flat(OmegaConf.to_container(spec.cfg, resolve=True)) for spec in expand(load_suite(suite))}
 
 
-def changes(variant: str, base: str = "lm-window-rope3") -> dict[str, dict[str, tuple[Any, Any]]]:
-    """Run name -> every config key whose value differs between the base suite's run and the variant's."""
+def changes(variant: str, base: str = "lm-window-rope3", added: frozenset[str] = frozenset()) -> dict[str, dict[str, tuple[Any, Any]]]:
+    """Run name -> every config key whose value differs between the base suite's run and the variant's;
+    the variant's runs are the base's and exactly `added` besides (runs of methods the base lacks)."""
     text, other = run_configs(base), run_configs(variant)
-    assert other.keys() <= text.keys() and len(other) >= 5 * 3
+    assert other.keys() - text.keys() == added and len(other) >= 5 * 3
+    other = {name: cfg for name, cfg in other.items() if name not in added}
     return {name: {k: (text[name].get(k), other[name].get(k)) for k in text[name].keys() | other[name].keys()
                    if text[name].get(k) != other[name].get(k)} for name in other}
+
+
+XL_KV = frozenset(f"xl-mem_len{m}-cachekv-s{seed}" for m in (128, 33) for seed in range(3))
 
 
 def test_the_pair_read_suite_changes_only_what_fine_tuning_reads() -> None:
@@ -49,12 +54,27 @@ def test_the_convolution_suite_changes_only_the_backbone() -> None:
 
 @pytest.mark.parametrize("suite, base, backbones", [("lm-window-conv3", "lm-window-conv", ("copy-conv2", "copy-conv3")),
                                                      ("lm-window-conv4", "lm-window-conv3", ("copy-conv3", "copy-conv4")),
-                                                     ("lm-window-conv5", "lm-window-conv4", ("copy-conv4", "copy-conv5"))])
+                                                     ("lm-window-conv5", "lm-window-conv4", ("copy-conv4", "copy-conv5")),
+                                                     ("lm-window-conv6", "lm-window-conv5", ("copy-conv5", "copy-conv6"))])
 def test_a_later_convolution_suite_changes_only_the_backbone_s_training(suite: str, base: str,
                                                                          backbones: tuple[str, str]) -> None:
     """lm-window-conv3 is lm-window-conv from `copy-conv3` (copy-conv2 trained further), and each later one
-    the one before from the next stage (copy-conv3 trained further): nothing else differs."""
-    for name, changed in changes(suite, base=base).items():
+    the one before from the next stage (copy-conv3 trained further): nothing else differs. lm-window-conv6
+    adds XL's key-value caches at two lengths, and its other runs are lm-window-conv5's from `copy-conv6`."""
+    added = XL_KV if suite == "lm-window-conv6" else frozenset()
+    for name, changed in changes(suite, base=base, added=added).items():
         assert changed == {"task.init_from": tuple(f"backbone:{b}" for b in backbones),
                            "log.group": (base, suite),
                            "out_dir": (f"results/{base}/runs", f"results/{suite}/runs")}, name
+
+
+def test_the_xl_rows_of_lm_window_conv6_keep_convolved_keys_beyond_the_window() -> None:
+    """Its XL runs cache keys and values (the convolved keys, test_qk_conv.py) beyond the window, on the
+    same backbone, steps and evaluation as the suite's other runs."""
+    runs = run_configs("lm-window-conv6")
+    for name in XL_KV:
+        cfg, floor = runs[name], runs[f"local-s{name[-1]}"]
+        assert cfg["memory.cache"] == "kv" and cfg["memory.beyond_window"] is True, name
+        assert cfg["memory.mem_len"] == int(name.split("mem_len")[1].split("-")[0]), name
+        same = {k for k in floor if not k.startswith(("memory.", "name"))}
+        assert {k: cfg.get(k) for k in same} == {k: floor[k] for k in same}, name

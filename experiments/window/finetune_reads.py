@@ -1,6 +1,6 @@
 """What one change to a suite does, run for run: `lm-window-pairs` (pair reads in fine-tuning) or
 `lm-window-conv` (the backbone with the convolution on queries and keys) against `lm-window-rope3`, or each of
-`lm-window-conv3` to `lm-window-conv5` (that backbone trained further) against the one before it (the same
+`lm-window-conv3` to `lm-window-conv6` (that backbone trained further) against the one before it (the same
 method and seed; only the change differs, as tests/test_suite_variants.py holds). For every variant in both
 suites: bits per byte on segments >= 1 and on beyond-window copyable bytes, and the difference from its own
 suite's floor, under each, with the change's effect (variant - base) paired by seed, mean ± the 95% t

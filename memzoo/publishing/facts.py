@@ -42,7 +42,7 @@ from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_s
 from memzoo.core.config import ConfigError
 from memzoo.publishing.references import HOURS, MEASURED, load_index, load_measured, load_references
 from memzoo.publishing.formats import MINUS, interval, signed
-from memzoo.publishing.overview import CEILING_SUITES
+from memzoo.publishing.references import CEILING_SUITES
 from memzoo.publishing.shipped import with_ceiling
 from memzoo.publishing.tables import ratio_cell
 

@@ -23,7 +23,7 @@ from memzoo.core.config import ConfigError
 from memzoo.publishing.facts import FACT, all_facts, render_facts
 from memzoo.publishing.references import load_rows, rows_path
 from memzoo.publishing.shipped import shipped_rows
-from memzoo.publishing.overview import CEILING_SUITES
+from memzoo.publishing.references import CEILING_SUITES
 from memzoo.publishing.tables import TABLES
 
 CEILING_FIGURES = ("headroom", "copy_distance", "beyond_window")  # each ceiling suite's figures (drawn by _draws)

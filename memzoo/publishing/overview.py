@@ -22,10 +22,6 @@ CONTROLS = (REFERENCE, CEILING)  # not memories: never marked best
 # The window suite whose rows give the LM columns: every method fine-tuned on the window from a backbone that
 # copies, so that `full` is a ceiling that pays (lm-window's backbone never attended past 127 bytes).
 LM_SUITE = "lm-window-rope3"
-# The window suites that fine-tune their own ceiling from a backbone that copies, each with the same blocks
-# (headroom table, segment 0 and ablation, bands, copying at distance) and figures.
-CEILING_SUITES = ("lm-window-copy", "lm-window-rope", "lm-window-rope3", "lm-window-pairs", "lm-window-conv",
-                  "lm-window-conv3", "lm-window-conv4", "lm-window-conv5")
 OVERVIEW_SOURCES = (LM_SUITE, "capacity-top", "distance", "gpu-speed", "cpu-cost")
 
 

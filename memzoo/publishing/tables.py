@@ -20,7 +20,8 @@ from memzoo.analysis.stats import REFERENCE
 from memzoo.publishing import backbone_cards
 from memzoo.publishing.cpu_cost import cpu_cost_md
 from memzoo.publishing.formats import MINUS, interval, markdown, seeds_of
-from memzoo.publishing.overview import CEILING_SUITES, OVERVIEW_SOURCES, overview_table
+from memzoo.publishing.overview import OVERVIEW_SOURCES, overview_table
+from memzoo.publishing.references import CEILING_SUITES
 from memzoo.publishing.shipped import with_ceiling
 
 DISTANCE_GAPS = (8, 16, 64, 256, 1024, 4096)  # the gaps the distance table shows (segments)
