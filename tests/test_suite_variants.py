@@ -1,6 +1,6 @@
 """lm-window-pairs is lm-window-rope3 with pair reads in fine-tuning, and nothing else; lm-window-conv is it
-from another backbone, and nothing else; lm-window-conv3 to lm-window-conv5 are lm-window-conv from that
-backbone trained further. Each suite's rows pair with its base's by method and seed
+from another backbone, and nothing else; lm-window-conv3 to lm-window-conv6 are lm-window-conv from that
+backbone trained further (conv6 adds XL's key caches). Each suite's rows pair with its base's by method and seed
 (experiments/window/finetune_reads.py), so any other difference would be read as the change's effect."""
 from __future__ import annotations
 

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from scipy import stats
 
+from memzoo.analysis.stats import t_halfwidth
+from memzoo.core.model import MemoryModel
 from memzoo.data.corpus import load_documents, split_documents
-from memzoo.evaluations.copy_distance import SKIP, probe_rows, streamed_bits
+from memzoo.evaluations.copy_distance import copy_row_bits, probe_rows
 from memzoo.runs.checkpoints import load_backbone
 from memzoo.runs.configure import build_model, load_config
 from memzoo.training.backbones import load_shipped_backbone
@@ -27,17 +28,15 @@ from memzoo.training.backbones import load_shipped_backbone
 CHUNK, PER_SEED = 32, 16  # as the card's probe (memzoo.training.make_backbone)
 
 
-def row_bits(model: torch.nn.Module, texts: list[bytes], distance: int, kind: str, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def row_bits(model: MemoryModel, texts: list[bytes], distance: int, kind: str, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Bits per byte on the first and the second copy, one value per probe row. [rows], [rows]"""
     seq = torch.cat([probe_rows(texts, distance, CHUNK, kind, PER_SEED, seed=s) for s in range(1, 1 + math.ceil(rows / PER_SEED))])[:rows]
-    bits = streamed_bits(model, seq)  # [rows, T]
-    return bits[:, SKIP - 1:CHUNK - 1].mean(1), bits[:, distance + SKIP - 1:distance + CHUNK - 1].mean(1)
+    return copy_row_bits(model, seq, distance, CHUNK)
 
 
 def summary(first: torch.Tensor, second: torch.Tensor) -> dict[str, Any]:
     """Mean and 95% t half-width over rows of the second copy, the first copy's mean, the share <= 0.5 bits."""
-    n = len(second)
-    half = float(stats.t.ppf(0.975, n - 1) * second.std(unbiased=True) / math.sqrt(n)) if n > 1 else float("nan")
+    n, half = len(second), t_halfwidth(second.tolist())
     return {"rows": n, "first": round(float(first.mean()), 3), "second": round(float(second.mean()), 3),
             "second_ci": round(half, 3), "share_at_most_half_bit": round(float((second <= 0.5).double().mean()), 3)}
 

@@ -96,14 +96,22 @@ def streamed_bits(model: MemoryModel, seq: Tensor, reset_memory: bool = False) -
     return torch.cat(bits, dim=1)
 
 
-def copy_bits(model: MemoryModel, seq: Tensor, distance: int, chunk_len: int,
-              reset_memory: bool = False) -> tuple[float, float]:
-    """Bits per byte on the first and the second copy of probe rows seq (probe_rows')."""
+def copy_row_bits(model: MemoryModel, seq: Tensor, distance: int, chunk_len: int,
+                  reset_memory: bool = False) -> tuple[Tensor, Tensor]:
+    """Bits per byte on the first and the second copy of each probe row of seq (probe_rows'). [B], [B]"""
     model.eval()
     bits = streamed_bits(model, seq.to(next(model.parameters()).device), reset_memory)  # [B, T]
     # bits[:, i] predicts byte i + 1: the first copy's bytes are 0..chunk_len-1, the second's distance..
     first = bits[:, SKIP - 1:chunk_len - 1]
     second = bits[:, distance + SKIP - 1:distance + chunk_len - 1]
+    return first.mean(1), second.mean(1)
+
+
+def copy_bits(model: MemoryModel, seq: Tensor, distance: int, chunk_len: int,
+              reset_memory: bool = False) -> tuple[float, float]:
+    """Bits per byte on the first and the second copy of probe rows seq, over all rows (every row's copy has
+    chunk_len bytes, so the mean of row means is the mean over bytes)."""
+    first, second = copy_row_bits(model, seq, distance, chunk_len, reset_memory)
     return float(first.mean()), float(second.mean())
 
 
