@@ -1,6 +1,6 @@
 """lm-window-pairs is lm-window-rope3 with pair reads in fine-tuning, and nothing else; lm-window-conv is it
 from another backbone, and nothing else; lm-window-conv3 to lm-window-conv6 are lm-window-conv from that
-backbone trained further (conv6 adds XL's key caches). Each suite's rows pair with its base's by method and seed
+backbone trained further (conv6 adds XL's key caches and rope3's other nine methods). Each suite's rows pair with its base's by method and seed
 (experiments/window/finetune_reads.py), so any other difference would be read as the change's effect."""
 from __future__ import annotations
 
@@ -34,6 +34,10 @@ def changes(variant: str, base: str = "lm-window-rope3", added: frozenset[str] =
 
 
 XL_KV = frozenset(f"xl-mem_len{m}-cachekv-s{seed}" for m in (128, 33) for seed in range(3))
+# lm-window-rope3's variants that lm-window-conv5 lacks (all but its default XL), added to lm-window-conv6.
+ROPE3_ONLY = frozenset(f"{variant}-s{seed}" for seed in range(3) for variant in
+                       ("infini-linear", "deltanet", "armt", "titans-mag", "titans-mac", "memorizing-mem_len0",
+                        "memorizing-mem_len0-store_size64", "compressive", "infty-former"))
 
 
 def test_the_pair_read_suite_changes_only_what_fine_tuning_reads() -> None:
@@ -60,12 +64,25 @@ def test_a_later_convolution_suite_changes_only_the_backbone_s_training(suite: s
                                                                          backbones: tuple[str, str]) -> None:
     """lm-window-conv3 is lm-window-conv from `copy-conv3` (copy-conv2 trained further), and each later one
     the one before from the next stage (copy-conv3 trained further): nothing else differs. lm-window-conv6
-    adds XL's key-value caches at two lengths, and its other runs are lm-window-conv5's from `copy-conv6`."""
-    added = XL_KV if suite == "lm-window-conv6" else frozenset()
+    adds XL's key-value caches at two lengths and rope3's other methods, and its other runs are lm-window-conv5's
+    from `copy-conv6`."""
+    added = XL_KV | ROPE3_ONLY if suite == "lm-window-conv6" else frozenset()
     for name, changed in changes(suite, base=base, added=added).items():
         assert changed == {"task.init_from": tuple(f"backbone:{b}" for b in backbones),
                            "log.group": (base, suite),
                            "out_dir": (f"results/{base}/runs", f"results/{suite}/runs")}, name
+
+
+def test_the_methods_lm_window_conv6_adds_are_rope3_s_runs_from_its_backbone() -> None:
+    """The nine methods lm-window-conv6 adds to conv5's are lm-window-rope3's runs with the model's convolution
+    and `copy-conv6`, every step, batch, seed and evaluation the same, so all fourteen share one protocol."""
+    rope3, conv6 = run_configs("lm-window-rope3"), run_configs("lm-window-conv6")
+    for name in ROPE3_ONLY:
+        changed = {k: (rope3[name].get(k), conv6[name].get(k)) for k in rope3[name].keys() | conv6[name].keys()
+                   if rope3[name].get(k) != conv6[name].get(k)}
+        assert changed == {"model.qk_conv": (0, 4), "task.init_from": ("backbone:copy-stdlib-rope3", "backbone:copy-conv6"),
+                           "log.group": ("lm-window-rope3", "lm-window-conv6"),
+                           "out_dir": ("results/lm-window-rope3/runs", "results/lm-window-conv6/runs")}, name
 
 
 def test_the_xl_rows_of_lm_window_conv6_keep_convolved_keys_beyond_the_window() -> None:
