@@ -34,6 +34,7 @@ def changes(variant: str, base: str = "lm-window-rope3", added: frozenset[str] =
 
 
 XL_KV = frozenset(f"xl-mem_len{m}-cachekv-s{seed}" for m in (128, 33) for seed in range(3))
+XL_HIDDEN = frozenset(name.replace("cachekv", "cachehidden") for name in XL_KV)  # the same, keys re-projected
 # lm-window-rope3's variants that lm-window-conv5 lacks (all but its default XL), added to lm-window-conv6.
 ROPE3_ONLY = frozenset(f"{variant}-s{seed}" for seed in range(3) for variant in
                        ("infini-linear", "deltanet", "armt", "titans-mag", "titans-mac", "memorizing-mem_len0",
@@ -64,9 +65,9 @@ def test_a_later_convolution_suite_changes_only_the_backbone_s_training(suite: s
                                                                          backbones: tuple[str, str]) -> None:
     """lm-window-conv3 is lm-window-conv from `copy-conv3` (copy-conv2 trained further), and each later one
     the one before from the next stage (copy-conv3 trained further): nothing else differs. lm-window-conv6
-    adds XL's key-value caches at two lengths and rope3's other methods, and its other runs are lm-window-conv5's
+    adds XL's caches at two lengths, of keys kept and of hidden states, and rope3's other methods, and its other runs are lm-window-conv5's
     from `copy-conv6`."""
-    added = XL_KV | ROPE3_ONLY if suite == "lm-window-conv6" else frozenset()
+    added = XL_KV | XL_HIDDEN | ROPE3_ONLY if suite == "lm-window-conv6" else frozenset()
     for name, changed in changes(suite, base=base, added=added).items():
         assert changed == {"task.init_from": tuple(f"backbone:{b}" for b in backbones),
                            "log.group": (base, suite),
@@ -85,13 +86,15 @@ def test_the_methods_lm_window_conv6_adds_are_rope3_s_runs_from_its_backbone() -
                            "out_dir": ("results/lm-window-rope3/runs", "results/lm-window-conv6/runs")}, name
 
 
-def test_the_xl_rows_of_lm_window_conv6_keep_convolved_keys_beyond_the_window() -> None:
-    """Its XL runs cache keys and values (the convolved keys, test_qk_conv.py) beyond the window, on the
-    same backbone, steps and evaluation as the suite's other runs."""
+def test_the_xl_rows_of_lm_window_conv6_differ_in_the_keys_they_cache_beyond_the_window() -> None:
+    """Its XL runs cache keys and values (the convolved keys, test_qk_conv.py) or hidden states (keys
+    re-projected without the convolution) beyond the window, on the same backbone, steps and evaluation as
+    the suite's other runs: the pair is the ablation of the keys' convolution."""
     runs = run_configs("lm-window-conv6")
-    for name in XL_KV:
+    for name in XL_KV | XL_HIDDEN:
         cfg, floor = runs[name], runs[f"local-s{name[-1]}"]
-        assert cfg["memory.cache"] == "kv" and cfg["memory.beyond_window"] is True, name
+        assert cfg["memory.cache"] == ("kv" if "cachekv" in name else "hidden"), name
+        assert cfg["memory.beyond_window"] is True, name
         assert cfg["memory.mem_len"] == int(name.split("mem_len")[1].split("-")[0]), name
         same = {k for k in floor if not k.startswith(("memory.", "name"))}
         assert {k: cfg.get(k) for k in same} == {k: floor[k] for k in same}, name
