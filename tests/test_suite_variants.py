@@ -1,7 +1,8 @@
 """lm-window-pairs is lm-window-rope3 with pair reads in fine-tuning, and nothing else; lm-window-conv is it
 from another backbone, and nothing else; lm-window-conv3 to lm-window-conv6 are lm-window-conv from that
-backbone trained further (conv6 adds XL's key caches and rope3's other nine methods). Each suite's rows pair with its base's by method and seed
-(experiments/window/finetune_reads.py), so any other difference would be read as the change's effect."""
+backbone trained further (conv6 adds XL's caches and rope3's eight other methods). Each suite's rows pair with
+its base's by method and seed (experiments/window/finetune_reads.py), so any other difference would be read as
+the change's effect."""
 from __future__ import annotations
 
 from typing import Any
@@ -75,7 +76,7 @@ def test_a_later_convolution_suite_changes_only_the_backbone_s_training(suite: s
 
 
 def test_the_methods_lm_window_conv6_adds_are_rope3_s_runs_from_its_backbone() -> None:
-    """The nine methods lm-window-conv6 adds to conv5's are lm-window-rope3's runs with the model's convolution
+    """The eight methods (nine variants) lm-window-conv6 adds to conv5's are lm-window-rope3's runs with the model's convolution
     and `copy-conv6`, every step, batch, seed and evaluation the same, so all fourteen share one protocol."""
     rope3, conv6 = run_configs("lm-window-rope3"), run_configs("lm-window-conv6")
     for name in ROPE3_ONLY:
@@ -91,6 +92,9 @@ def test_the_xl_rows_of_lm_window_conv6_differ_in_the_keys_they_cache_beyond_the
     re-projected without the convolution) beyond the window, on the same backbone, steps and evaluation as
     the suite's other runs: the pair is the ablation of the keys' convolution."""
     runs = run_configs("lm-window-conv6")
+    for name in XL_KV:  # the pair differs in the cache alone
+        kv, hidden = runs[name], runs[name.replace("cachekv", "cachehidden")]
+        assert {k for k in kv.keys() | hidden.keys() if kv.get(k) != hidden.get(k)} == {"memory.cache", "name"}, name
     for name in XL_KV | XL_HIDDEN:
         cfg, floor = runs[name], runs[f"local-s{name[-1]}"]
         assert cfg["memory.cache"] == ("kv" if "cachekv" in name else "hidden"), name

@@ -24,6 +24,7 @@ from memzoo.analysis.stats import REFERENCE
 from memzoo.publishing.facts import copy_facts, window_facts
 from memzoo.publishing.references import load_references
 
+# The facts kept: each variant's table numbers (headroom_corrected, net of segment 0, included), copy at distance.
 KEPT = (".after", ".beyond", ".buys", ".seg0", ".headroom", ".headroom_beyond", ".sig_after", ".copy_random_",
         "holm.", "ceiling.")
 
@@ -38,7 +39,7 @@ def controls_drift(rows: pd.DataFrame, shipped: pd.DataFrame) -> dict[str, float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", type=Path, help="the pilot's results.parquet")
-    ap.add_argument("--shipped", default=None, help="a suite whose shipped floor and full rows the pilot's must equal")
+    ap.add_argument("--shipped", default=None, help="report the pilot's floor and full runs less this suite's shipped runs of the same names")
     ap.add_argument("--out", type=Path, default=None, help="write the facts as JSON here")
     args = ap.parse_args()
     rows = pd.read_parquet(args.results)
