@@ -40,9 +40,8 @@ from memzoo.analysis.copy_distance import copy_distance_long, copy_reach, is_cop
 from memzoo.analysis.results import variant_labels
 from memzoo.analysis.stats import REFERENCE, paired_differences, paired_t, per_seed
 from memzoo.core.config import ConfigError
-from memzoo.publishing.references import HOURS, MEASURED, load_index, load_measured, load_references
+from memzoo.publishing.references import CEILING_SUITES, HOURS, MEASURED, load_index, load_measured, load_references
 from memzoo.publishing.formats import MINUS, interval, signed
-from memzoo.publishing.references import CEILING_SUITES
 from memzoo.publishing.shipped import with_ceiling
 from memzoo.publishing.tables import ratio_cell
 
