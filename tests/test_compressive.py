@@ -39,9 +39,9 @@ def is_zero(g: torch.Tensor | None) -> bool:
     return g is None or float(g.abs().max()) == 0.0
 
 
-@pytest.mark.parametrize("checkpoint", [False, True])
-def test_reconstruction_loss_reaches_the_compressor_and_nothing_else(checkpoint: bool) -> None:
-    model = model_with()
+@pytest.mark.parametrize("checkpoint, cache", [(False, "hidden"), (True, "hidden"), (False, "kv")])
+def test_reconstruction_loss_reaches_the_compressor_and_nothing_else(checkpoint: bool, cache: str) -> None:
+    model = model_with(cache=cache)
     model.cfg.checkpoint_activations = checkpoint
     _, aux = lm_loss(model, tokens(4))
     assert float(aux.detach()) > 0, "no reconstruction loss although states were evicted and compressed"
@@ -97,8 +97,8 @@ def test_memory_keys_and_values_use_the_current_weights_with_gradient() -> None:
 H, D = 2, 4
 
 
-def plugin(mem_len: int, cmem_len: int, rate: int, compression: str = "mean") -> CompressiveTransformer:
-    cfg = CompressiveConfig(mem_len=mem_len, cmem_len=cmem_len, compression_rate=rate, compression=compression)
+def plugin(mem_len: int, cmem_len: int, rate: int, compression: str = "mean", cache: str = "hidden") -> CompressiveTransformer:
+    cfg = CompressiveConfig(mem_len=mem_len, cmem_len=cmem_len, compression_rate=rate, compression=compression, cache=cache)
     return CompressiveTransformer(cfg, tiny_model_config(d_model=H * D, n_heads=H), 0)
 
 
@@ -129,11 +129,13 @@ def hand(stream: torch.Tensor, mem_len: int, cmem_len: int, rate: int, pool) -> 
     return {"mem": stream[-mem_len:], "cmem": cmem, "pend": evicted[whole:]}
 
 
+@pytest.mark.parametrize("cache", ["hidden", "kv"])
 @pytest.mark.parametrize("compression,pool", [("mean", lambda g: g.mean(0)), ("max", lambda g: g.amax(0))])
-def test_eviction_order_compression_capacity_pending_and_reset(compression: str, pool) -> None:
-    """Segments of 3 (one partial of 1) through mem_len 4, cmem_len 3, c 2; row 1 resets at segment 4."""
+def test_eviction_order_compression_capacity_pending_and_reset(compression: str, pool, cache: str) -> None:
+    """Segments of 3 (one partial of 1) through mem_len 4, cmem_len 3, c 2; row 1 resets at segment 4.
+    With cache=kv a slot is [k | v], here [h | h] (`step` gives the segment h as its keys and values)."""
     mem_len, cmem_len, rate = 4, 3, 2
-    mem = plugin(mem_len, cmem_len, rate, compression)
+    mem = plugin(mem_len, cmem_len, rate, compression, cache)
     g = torch.Generator().manual_seed(0)
     lengths = [3, 3, 3, 3, 3, 3, 1, 3]
     resets = {4}
@@ -147,7 +149,7 @@ def test_eviction_order_compression_capacity_pending_and_reset(compression: str,
             seen[1] = []
         state = step(mem, h, state, reset)
         for row in range(B):
-            seen[row].append(h[row])
+            seen[row].append(torch.cat((h[row], h[row]), -1) if cache == "kv" else h[row])
             want = hand(torch.cat(seen[row]), mem_len, cmem_len, rate, pool)
             for part in ("mem", "cmem", "pend"):
                 got = valid_slots(state, part, row)
@@ -159,14 +161,18 @@ def test_eviction_order_compression_capacity_pending_and_reset(compression: str,
     assert most_pending == rate - 1, "the stream never left a pending state (vacuous)"
 
 
-def test_mean_pooling_by_hand_and_conv_starts_as_mean() -> None:
-    """Six states 0..5 (value t in every channel), mem_len 2, c 2: cm = [0.5, 2.5], m = [4, 5]."""
+@pytest.mark.parametrize("cache", ["hidden", "kv"])
+def test_mean_pooling_by_hand_and_conv_starts_as_mean(cache: str) -> None:
+    """Six states 0..5 (value t + channel / 10 in each channel), mem_len 2, c 2: cm = [0.5, 2.5], m = [4, 5]
+    plus the channel's offset, in every channel (a conv mixing channels or kv's keys with values would not)."""
     for compression in ("mean", "conv", "depthwise-conv"):
-        mem = plugin(2, 4, 2, compression)
-        h = torch.arange(6.0)[None, :, None].expand(B, 6, H * D)
-        state = step(mem, h, mem.initial_state(B, torch.device("cpu")), torch.zeros(B, dtype=torch.bool))
-        assert torch.allclose(valid_slots(state, "cmem", 0)[:, 0], torch.tensor([0.5, 2.5]), atol=1e-6)
-        assert torch.equal(valid_slots(state, "mem", 0)[:, 0], torch.tensor([4.0, 5.0]))
+        mem = plugin(2, 4, 2, compression, cache)
+        h = torch.arange(6.0)[None, :, None] + torch.arange(H * D)[None, None, :] / 10  # [1, 6, H·D]
+        k = torch.arange(H * D) / 10
+        k = torch.cat((k, k)) if cache == "kv" else k  # [w]: [k | v] = [h | h]
+        state = step(mem, h.expand(B, -1, -1), mem.initial_state(B, torch.device("cpu")), torch.zeros(B, dtype=torch.bool))
+        assert torch.allclose(valid_slots(state, "cmem", 0), torch.tensor([[0.5], [2.5]]) + k, atol=1e-6)
+        assert torch.allclose(valid_slots(state, "mem", 0), torch.tensor([[4.0], [5.0]]) + k, atol=1e-6)
 
 
 def test_reset_clears_both_memories_and_pending() -> None:
@@ -193,8 +199,10 @@ def test_prefix_positions_memory_then_compressed_spaced_by_rate() -> None:
     assert torch.equal(pos, torch.tensor([-10.5, -8.5, -6.5, -5.0, -4.0, -3.0, -2.0, -1.0]))
 
 
-def test_state_float32_under_autocast_and_footprint_counts_pending() -> None:
-    model = model_with(mem_len=8, cmem_len=4, compression_rate=3)
+@pytest.mark.parametrize("cache, width", [("hidden", 32), ("kv", 2 * 2 * 16)])
+def test_state_float32_under_autocast_and_footprint_counts_pending(cache: str, width: int) -> None:
+    """The state is what the footprint counts: w (d_model 32, or a key and a value of 2 heads × 16) a slot."""
+    model = model_with(mem_len=8, cmem_len=4, compression_rate=3, cache=cache)
     x = tokens(3)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         lm, aux = lm_loss(model, x)
@@ -202,8 +210,8 @@ def test_state_float32_under_autocast_and_footprint_counts_pending() -> None:
     (lm + aux).backward()
     assert all(v.dtype in (torch.float32, torch.bool) for st in out.state.layers for v in st.values())
     parts = CompressiveTransformer.footprint(model.memory_cfg, model.cfg, 24)
-    assert state_numbers(out.state.all(), B) == parts["total"] == 32 * (8 + 4 + 2) * 2
-    assert parts["table1"] == 32 * (8 + 4) * 2
+    assert state_numbers(out.state.all(), B) == parts["total"] == width * (8 + 4 + 2) * 2
+    assert parts["table1"] == width * (8 + 4) * 2
 
 
 # ---- empty capacity costs nothing; pending states are attended ---------------------------------------
@@ -284,3 +292,19 @@ def test_masked_attention_is_the_softmax_formula_with_an_empty_row() -> None:
     ref_grads = torch.autograd.grad((ref.square() * rows).sum(), (q, k, v))
     assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(grads, ref_grads))
     assert all(torch.isfinite(gr).all() for gr in torch.autograd.grad(out.square().sum(), (q, k, v)))
+
+
+def test_a_kv_compressor_compresses_keys_and_values_apart() -> None:
+    """With cache=kv the conv has one filter bank for keys and one for values: trained (random) weights
+    still give compressed keys that do not move with the values, nor compressed values with the keys."""
+    torch.manual_seed(0)
+    f = plugin(2, 4, 2, "conv", "kv").compressor  # slots [k | v] of H·D = 8 each
+    with torch.no_grad():
+        f.conv.weight.normal_()
+        x = torch.randn(2, 6, 16)
+        moved_values, moved_keys = x.clone(), x.clone()
+        moved_values[..., 8:] += 1.0
+        moved_keys[..., :8] += 1.0
+        base, by_values, by_keys = f(x), f(moved_values), f(moved_keys)
+    assert torch.equal(base[..., :8], by_values[..., :8]) and not torch.allclose(base[..., 8:], by_values[..., 8:])
+    assert torch.equal(base[..., 8:], by_keys[..., 8:]) and not torch.allclose(base[..., :8], by_keys[..., :8])

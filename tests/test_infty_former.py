@@ -352,3 +352,35 @@ def test_mem_len_must_be_a_non_negative_int() -> None:
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match=f"mem_len={bad!r}"):
             small_memory(mem_len=bad)
+
+
+def test_a_key_value_stm_reads_as_the_hidden_one_where_keys_are_projections() -> None:
+    """cache=kv keeps the keys and values the layer attended. Where those are W_K h and W_V h (no convolution)
+    its STM reads as cache=hidden's, the LTM gets the same evicted h, and the state is what the footprint counts
+    (2·H·D more numbers an STM slot)."""
+    from dataclasses import replace
+
+    from memzoo.core.memory import state_numbers
+
+    h = torch.randn(2, 3, 8, 32, generator=torch.Generator().manual_seed(14))
+    w = torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(5)) / math.sqrt(32)  # layer_inputs' W_Q, W_K, W_V
+
+    def project_kv(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        k, v = (torch.einsum("bmd,ed->bme", t, w[i]).view(t.shape[0], t.shape[1], 2, 16).transpose(1, 2) for i in (1, 2))
+        return k, v
+
+    outs, states = [], []
+    for cache in ("hidden", "kv"):
+        mem = small_memory(mem_len=12, cache=cache).eval()
+        x = replace(layer_inputs(mem, h), project_kv=project_kv)
+        with torch.no_grad():
+            out, state, _ = mem(x, mem.initial_state(2, torch.device("cpu")))
+        outs.append(out), states.append(state)
+    assert float(outs[0].abs().max()) > 0 and torch.allclose(outs[0], outs[1], atol=1e-5)
+    assert bool(states[1]["written"].all()) and torch.equal(states[0]["B"], states[1]["B"])
+    assert torch.equal(states[0]["stm"], states[1]["stm"])
+    assert torch.equal(states[1]["stm_k"].transpose(1, 2)[..., 4:, :], x.k[:, 2]), "the STM keeps the segment's keys"
+    cfg = tiny_model_config()
+    for cache, state in zip(("hidden", "kv"), states):
+        total = InftyFormer.footprint(small_memory(mem_len=12, cache=cache).cfg, cfg, 24)["total"] // cfg.n_layers
+        assert state_numbers([state], 2) == total == 16 * 32 + 12 * (32 + (64 if cache == "kv" else 0))

@@ -165,15 +165,24 @@ def test_a_memory_projects_keys_without_the_convolution() -> None:
     assert torch.equal(k, raw_k) and torch.equal(v, raw_v)
 
 
-@pytest.mark.parametrize("cache, same", [("kv", True), ("hidden", False)])
-def test_an_xl_key_cache_reads_the_convolved_keys(cache: str, same: bool) -> None:
-    """XL with cache=kv keeps the keys the layer attended, convolved: with a cache as long as the stream it
-    reads as `full` does, streamed segment by segment. cache=hidden re-projects unconvolved keys and does
-    not (why the convolution suites' XL rows use cache=kv)."""
+ONE_TO_ONE = {"mem_len": 4, "cmem_len": 64, "compression_rate": 1, "compression": "mean"}  # cm: each evicted slot
+
+
+@pytest.mark.parametrize("method, options, same", [
+    ("xl", {"mem_len": 64, "cache": "kv"}, True), ("xl", {"mem_len": 64, "cache": "hidden"}, False),
+    ("compressive", {**ONE_TO_ONE, "cache": "kv"}, True), ("compressive", {**ONE_TO_ONE, "cache": "hidden"}, False),
+    ("infty-former", {"mem_len": 64, "cache": "kv"}, True), ("infty-former", {"mem_len": 64, "cache": "hidden"}, False)])
+def test_a_key_cache_reads_the_convolved_keys(method: str, options: dict, same: bool) -> None:
+    """XL, the Compressive Transformer and the ∞-former's STM with cache=kv keep the keys the layer attended,
+    convolved: with a cache as long as the stream (the Compressive's FIFO of 4, then a compressed memory at
+    rate 1 holding every evicted slot in order, at its own position; the ∞-former's STM of 64, so its LTM
+    stays empty) each reads as `full` does, streamed segment by segment.
+    cache=hidden re-projects unconvolved keys and does not (why the convolution suites' rows use cache=kv)."""
     torch.manual_seed(0)
-    xl = MemoryModel(tiny_model_config(qk_conv=K), "xl", tiny_memory_config("xl", {"mem_len": 64, "cache": cache})).eval()
+    xl = MemoryModel(tiny_model_config(qk_conv=K), method, tiny_memory_config(method, options)).eval()
     full = model("full", K)
-    xl.load_state_dict(full.state_dict())
+    missing, unexpected = xl.load_state_dict(full.state_dict(), strict=False)  # the memory's own weights stay
+    assert not unexpected and all(".memory." in name for name in missing), (missing, unexpected)
     random_taps(xl), random_taps(full)
     x = byte_tokens()
     with torch.no_grad():

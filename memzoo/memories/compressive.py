@@ -45,8 +45,8 @@ Documents: both memories and the pending buffer are emptied at a document bounda
 Empty slots are masked through bool `valid` flags, never attended as zero vectors, and each
 buffer is cut to its filled slots before attention (fifo.filled), so the keys projected and
 attended follow the states held, not mem_len + cmem_len. State follows the precision policy
-(float32 whatever the autocast dtype, float64 in a float64 model). Footprint: d_model × (n_cm + n_m + c − 1) × l numbers per
-row ("table1": the paper's d_model × (n_cm + n_m) × l, without the pending buffer).
+(float32 whatever the autocast dtype, float64 in a float64 model). Footprint: w × (n_cm + n_m + c − 1) × l numbers per
+row, w the slot's width ("table1": the paper's w × (n_cm + n_m) × l, without the pending buffer).
 
 Backbone window (model.attention_span = W > 0, memzoo.core.window): the window's keys are prepended
 to this memory's [cm; p; m; segment] attention. `beyond_window` (default True) makes every part hold
@@ -57,6 +57,14 @@ states and compressed slots sit W - 1 further back than above. What the FIFO evi
 compressed in time order, now W - 1 positions later. beyond_window=False keeps the parts as without
 a window (the FIFO's newest W - 1 states then repeat the window's keys in the softmax). With W = 0
 both are the plain memory.
+
+What a slot holds (`cache`; "kv" departs from the paper, so it is an explicit option):
+* "hidden" (default): the paper's, h as above, keys and values re-projected with the current W_K, W_V.
+* "kv": the key (pre-RoPE) and value the layer attended, [k | v] (2·H·D numbers a slot), as xl.py's option;
+  f_c compresses keys and values apart (conv: one filter bank each, groups = 2), and the reconstruction
+  loss reads the kept keys and values in place of W_K, W_V's projections (f_c is still all it trains).
+  W_K, W_V then learn nothing through the memory slots. It is there for backbones whose keys are not a
+  function of one hidden state (model.qk_conv: memzoo.core.qk_conv), where re-projected keys miss.
 """
 from __future__ import annotations
 
@@ -75,6 +83,7 @@ from memzoo.core.plugins import register_memory
 from memzoo.core.window import beyond_window_delay
 
 COMPRESSIONS = ("conv", "depthwise-conv", "mean", "max")
+CACHES = ("hidden", "kv")
 PARTS = ("cmem", "pend", "mem")  # compressed memory, pending (evicted, not yet compressed), FIFO memory: oldest first
 
 
@@ -88,26 +97,26 @@ class CompressiveConfig:
     compression: str = "conv"
     reconstruction_loss: bool = True  # train the conv compressor with the attention-reconstruction loss
     beyond_window: bool = True  # with model.attention_span W > 0: the memories hold what has left the window
+    cache: str = "hidden"  # hidden (the paper) | kv: a slot holds the key and value the layer attended (see above)
 
 
 class Compressor(nn.Module):
-    """f_c: [B, G·c, d_model] -> [B, G, d_model], one slot per c consecutive states."""
+    """f_c: [B, G·c, w] -> [B, G, w], one slot per c consecutive slots of width w; `banks` conv filter banks
+    over equal channel blocks (2 for [k | v]: keys and values compressed apart)."""
 
-    def __init__(self, kind: str, d_model: int, rate: int):
+    def __init__(self, kind: str, width: int, rate: int, banks: int = 1):
         super().__init__()
         self.kind, self.rate = kind, rate
         if kind in ("conv", "depthwise-conv"):
-            groups = d_model if kind == "depthwise-conv" else 1
-            self.conv = nn.Conv1d(d_model, d_model, kernel_size=rate, stride=rate, groups=groups)
+            groups = width if kind == "depthwise-conv" else banks
+            self.conv = nn.Conv1d(width, width, kernel_size=rate, stride=rate, groups=groups)
             with torch.no_grad():  # start as mean pooling (the paper gives no initialisation)
-                if groups == 1:
-                    self.conv.weight.copy_(torch.eye(d_model)[:, :, None].expand(-1, -1, rate) / rate)
-                else:
-                    self.conv.weight.fill_(1.0 / rate)  # [d_model, 1, c]
+                eye = torch.eye(width // groups).repeat(groups, 1)  # [w, w / groups]: each bank the identity
+                self.conv.weight.copy_(eye[:, :, None].expand(-1, -1, rate) / rate)
                 self.conv.bias.zero_()
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: [B, G·c, d] (time-ordered) -> [B, G, d]."""
+        """x: [B, G·c, w] (time-ordered) -> [B, G, w]."""
         if self.kind in ("conv", "depthwise-conv"):
             return rearrange(self.conv(rearrange(x, "b t d -> b d t")), "b d g -> b g d")
         groups = rearrange(x, "b (g c) d -> b g c d", c=self.rate)  # [B, G, c, d]
@@ -133,8 +142,8 @@ class CompressiveTransformer(LayerMemory):
     """Attention over [compressed memory; FIFO memory; segment]; evicted states compressed at rate c."""
 
     gradient_through_state = False  # both memories are SG(·), as in the paper
-    # folders saved before the option: no window, where beyond_window changes nothing (hashed as absent)
-    legacy_options = {"beyond_window": True}
+    # folders saved before the options: no window, where beyond_window changes nothing; hidden slots (hashed as absent)
+    legacy_options = {"beyond_window": True, "cache": "hidden"}
 
     def __init__(self, cfg: CompressiveConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)
@@ -146,8 +155,31 @@ class CompressiveTransformer(LayerMemory):
             raise ValueError(f"compressive compression_rate={cfg.compression_rate}; expected an int >= 1")
         if cfg.compression not in COMPRESSIONS:
             raise ValueError(f"compressive compression={cfg.compression!r}; expected one of {COMPRESSIONS}")
-        self.rate = int(cfg.compression_rate)
-        self.compressor = Compressor(cfg.compression, model.d_model, self.rate)
+        if cfg.cache not in CACHES:
+            raise ValueError(f"compressive cache={cfg.cache!r}; expected one of {CACHES}")
+        self.rate, self.n_heads = int(cfg.compression_rate), model.n_heads
+        self.width = self.slot_width(cfg, model)
+        self.compressor = Compressor(cfg.compression, self.width, self.rate, banks=2 if cfg.cache == "kv" else 1)
+
+    @staticmethod
+    def slot_width(cfg: CompressiveConfig, model: ModelConfig) -> int:
+        """Numbers a slot holds: d_model (a hidden state) or 2·H·D (a key and a value per head)."""
+        return 2 * model.n_heads * model.d_head if cfg.cache == "kv" else model.d_model
+
+    def keys_values(self, x: SegmentInputs, slots: Tensor, fixed_weights: bool = False) -> tuple[Tensor, Tensor]:
+        """Slots [B, M, w] -> keys, values [B, H, M, D]: split ([k | v]) or projected with W_K, W_V (hidden)."""
+        if self.cfg.cache == "kv":
+            k, v = rearrange(slots, "b m (two h d) -> two b h m d", two=2, h=self.n_heads)
+            return k, v
+        if fixed_weights:
+            return x.project_kv(slots, fixed_weights=True)
+        return x.project_kv(slots)
+
+    def slots_of(self, x: SegmentInputs) -> Tensor:
+        """The segment's slots to push, gradient stopped: h [B, N, d_model] or [k | v] [B, N, 2·H·D]."""
+        if self.cfg.cache == "kv":
+            return rearrange(torch.stack((x.k, x.v)), "two b h n d -> b n (two h d)").detach()
+        return x.h.detach()
 
     # ---- state -----------------------------------------------------------------------------
     def _capacities(self) -> dict[str, int]:
@@ -160,13 +192,13 @@ class CompressiveTransformer(LayerMemory):
         return beyond_window_delay(model.attention_span, cfg.beyond_window, cls.uses_window)
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
-        """Per part: slots [B, C, d_model] (oldest first; the policy's state dtype) and a bool `<part>_valid` [B, C]
+        """Per part: slots [B, C, w] (oldest first; the policy's state dtype) and a bool `<part>_valid` [B, C]
         (the FIFO's C includes the delay line)."""
         state: State = {}
         delay = self.delay(self.cfg, self.model_cfg)
         for part, capacity in self._capacities().items():
             capacity += delay if part == "mem" else 0
-            buf = fifo_init(batch_size, capacity, {"h": (self.model_cfg.d_model,)}, device, self.state_dtype())
+            buf = fifo_init(batch_size, capacity, {"h": (self.width,)}, device, self.state_dtype())
             state[part], state[f"{part}_valid"] = buf["h"], buf["valid"]
         return state
 
@@ -190,15 +222,16 @@ class CompressiveTransformer(LayerMemory):
     def footprint(cls, cfg: CompressiveConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
         """Fixed-size buffers: independent of tokens_seen. With the window's delay line (beyond_window,
         W > 0) "total" adds its W - 1 slots per layer ("window_delay")."""
-        table1 = model.d_model * (cfg.cmem_len + cfg.mem_len) * model.n_layers
-        pending = model.d_model * (cfg.compression_rate - 1) * model.n_layers
-        delay = model.d_model * cls.delay(cfg, model) * model.n_layers
+        width = cls.slot_width(cfg, model)
+        table1 = width * (cfg.cmem_len + cfg.mem_len) * model.n_layers
+        pending = width * (cfg.compression_rate - 1) * model.n_layers
+        delay = width * cls.delay(cfg, model) * model.n_layers
         parts = {"total": table1 + pending + delay, "table1": table1, "pending": pending}
         return parts | ({"window_delay": delay} if delay else {})
 
     # ---- read --------------------------------------------------------------------------------
     def memory_prefix(self, x: SegmentInputs, state: State) -> KVPrefix:
-        """Keys/values of [cm; pending; m] with the current W_K, W_V, their positions and validity.
+        """Keys/values of [cm; pending; m] (with the current W_K, W_V for hidden slots), positions and validity.
 
         Each part is cut to its filled slots (fifo.filled), so empty capacity costs nothing; a slot
         keeps the position of its place in the whole buffer.
@@ -217,8 +250,8 @@ class CompressiveTransformer(LayerMemory):
         i = torch.arange(first["pend"], c - 1, device=dev)  # pending slots kept (newest last)
         pend_pos = (-back - (c - 1 - i)).expand(pending.shape[0], -1)  # [B, F_p]: just before m
         m_pos = slot_positions(n_m, dev, offset=delay)[first["mem"]:].expand(pending.shape[0], -1)  # [B, F_m]
-        h = torch.cat([parts[part]["h"] for part in PARTS], dim=1)  # [B, F_cm + F_p + F_m, d]
-        k, v = x.project_kv(h.to(x.h.dtype))  # [B, H, F_cm + F_p + F_m, D]
+        h = torch.cat([parts[part]["h"] for part in PARTS], dim=1)  # [B, F_cm + F_p + F_m, w]
+        k, v = self.keys_values(x, h.to(x.h.dtype))  # [B, H, F_cm + F_p + F_m, D]
         return KVPrefix(
             k=k,
             v=v,
@@ -264,9 +297,9 @@ class CompressiveTransformer(LayerMemory):
         """|| attn(SG(Q), SG(old)) − attn(SG(Q), f_c(SG(old))) ||², gradient to f_c only."""
         q = x.q.detach().to(old.dtype)  # [B, H, N, D] in the state's dtype
         with torch.no_grad():
-            k_old, v_old = x.project_kv(old)  # [B, H, G·c, D]: the target, fixed
+            k_old, v_old = self.keys_values(x, old)  # [B, H, G·c, D]: the target, fixed
             target = masked_attention(q, k_old, v_old, group_valid.repeat_interleave(self.rate, dim=1))
-        k_cm, v_cm = x.project_kv(compressed, fixed_weights=True)  # [B, H, G, D]: gradient to f_c only
+        k_cm, v_cm = self.keys_values(x, compressed, fixed_weights=True)  # [B, H, G, D]: gradient to f_c only
         approx = masked_attention(q, k_cm, v_cm, group_valid)  # [B, H, N, D]
         per_row = (target - approx).pow(2).mean(dim=(1, 2, 3))  # [B]
         return (per_row * group_valid.any(dim=1)).sum() / q.shape[0]
@@ -277,7 +310,7 @@ class CompressiveTransformer(LayerMemory):
 
         aux = zero_loss(x.q)
         with torch.autocast(device_type=x.q.device.type, enabled=False):
-            mem, evicted = fifo_push(self._part(state, "mem"), {"h": x.h.detach()})  # [B, n_m, d]
+            mem, evicted = fifo_push(self._part(state, "mem"), {"h": self.slots_of(x)})  # [B, n_m, w]
             old, group_valid, pending = self._groups(state, evicted)  # old: SG(·) already
             compressed = self.compressor(old)  # [B, G, d]
             train_compressor = any(p.requires_grad for p in self.compressor.parameters())

@@ -39,7 +39,11 @@ Read (segment s, from B_{s-1}), per head h with query q (no positional encoding)
 
 Choices where the paper is silent or where we follow the authors' code (also in the card):
 * STM: caches h (d_model per slot, the authors' `mems`), not keys/values: the LTM needs the evicted
-  h anyway, so a key/value cache would carry both. Positions: RoPE over [STM; segment] relative to
+  h anyway, so a key/value cache carries both. `cache: kv` (an explicit deviation, as xl.py's option)
+  does: each STM slot also keeps the key (pre-RoPE) and value the layer attended, which the STM's
+  attention reads in place of re-projected ones (2·H·D more numbers a slot; W_K, W_V then learn nothing
+  through the STM's slots). It is there for backbones whose keys are not a function of one hidden state
+  (model.qk_conv: memzoo.core.qk_conv), where re-projected keys miss; the LTM is unchanged. Positions: RoPE over [STM; segment] relative to
   the segment's first token, STM slot i of C at i − C, as xl.py. Empty slots (document start,
   reset rows) are masked. Gradient stops at the STM (W_K, W_V learn through its slots).
 * Until the STM is full nothing leaves it, so the LTM stays empty (it reads 0); a segment may evict
@@ -86,12 +90,14 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from memzoo.core.config import ModelConfig
-from memzoo.core.fifo import delayed, fifo_init, fifo_push, hidden_prefix, shifted
+from memzoo.core.fifo import delayed, fifo_init, fifo_push, hidden_prefix, kv_prefix, kv_slot_shapes, shifted
 from memzoo.core.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
 from memzoo.core.window import beyond_window_delay
 
 KV_WEIGHTS = ("own", "layer")
+CACHES = ("hidden", "kv")
+STM_KEYS = {"h": "stm", "k": "stm_k", "v": "stm_v", "valid": "stm_valid"}  # FIFO name -> state key
 ProjectKV = Callable[[Tensor], tuple[Tensor, Tensor]]
 
 
@@ -99,6 +105,7 @@ ProjectKV = Callable[[Tensor], tuple[Tensor, Tensor]]
 class InftyFormerConfig:
     mem_len: int = 2048  # L_STM: positions in the short-term memory (paper: as long as the segment; 0 = none)
     beyond_window: bool = True  # with model.attention_span W > 0: the STM holds what has left the window
+    cache: str = "hidden"  # hidden (the paper) | kv: STM slots also keep the keys and values the layer attended
     n_basis: int = 512  # N Gaussian RBFs (split evenly over basis_widths)
     basis_widths: list[float] = field(default_factory=lambda: [0.01, 0.05])  # σ_i of the RBFs
     tau: float = 0.75  # τ: the old signal is contracted into [0, τ]
@@ -224,13 +231,15 @@ class InftyFormer(LayerMemory):
     """Attention over [short-term memory; segment] plus a continuous read of what left the STM."""
 
     gradient_through_state = False  # B is carried detached (authors' code)
-    # folders saved before the option: no window, where beyond_window changes nothing (hashed as absent)
-    legacy_options = {"beyond_window": True}
+    # folders saved before the options: no window, where beyond_window changes nothing; STM of h alone (hashed as absent)
+    legacy_options = {"beyond_window": True, "cache": "hidden"}
 
     def __init__(self, cfg: InftyFormerConfig, model: ModelConfig, layer_index: int):
         super().__init__(cfg, model, layer_index)
         if cfg.kv_weights not in KV_WEIGHTS:
             raise ValueError(f"infty-former kv_weights={cfg.kv_weights!r}; expected one of {KV_WEIGHTS}")
+        if cfg.cache not in CACHES:
+            raise ValueError(f"infty-former cache={cfg.cache!r}; expected one of {CACHES}")
         if not 0.0 < cfg.tau < 1.0:
             raise ValueError(f"infty-former tau={cfg.tau}; expected 0 < tau < 1")
         if cfg.n_samples < 1 or cfg.ridge_lambda <= 0 or cfg.kl_sigma_0 <= 0 or cfg.sticky_bins < 1:
@@ -255,24 +264,30 @@ class InftyFormer(LayerMemory):
 
     def initial_state(self, batch_size: int, device: torch.device) -> State:
         """LTM: B [B, N, d] and `written` [B]; STM (mem_len > 0): `stm` [B, C, d] and `stm_valid` [B, C]
-        (C = mem_len plus the delay line)."""
+        (C = mem_len plus the delay line), with cache=kv also `stm_k`, `stm_v` [B, C, H, D]."""
         state = {
             "B": torch.zeros(batch_size, self.cfg.n_basis, self.d_model, device=device, dtype=self.state_dtype()),  # [B, N, d]
             "written": torch.zeros(batch_size, dtype=torch.bool, device=device),  # [B] anything stored yet
         }
         if self.cfg.mem_len > 0:
             capacity = self.cfg.mem_len + self.delay(self.cfg, self.model_cfg)
-            stm = fifo_init(batch_size, capacity, {"h": (self.d_model,)}, device, self.state_dtype())
-            state["stm"], state["stm_valid"] = stm["h"], stm["valid"]
+            slots = {"h": (self.d_model,)} | (kv_slot_shapes(self.n_heads, self.d_head) if self.cfg.cache == "kv" else {})
+            stm = fifo_init(batch_size, capacity, slots, device, self.state_dtype())
+            state |= {STM_KEYS[name]: t for name, t in stm.items()}
         return state
+
+    def _stm(self, state: State) -> State:
+        """The STM's FIFO as memzoo.core.fifo reads it: {h[, k, v], valid}."""
+        return {name: state[key] for name, key in STM_KEYS.items() if key in state}
 
     @classmethod
     def footprint(cls, cfg: InftyFormerConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
-        """B (n_basis × d_model) plus the STM's mem_len hidden states (d_model each), per layer, and the
-        STM's delay line behind the window ("window_delay")."""
+        """B (n_basis × d_model) plus the STM's mem_len slots (a hidden state, d_model, and with cache=kv a key
+        and a value, 2·H·D), per layer, and the STM's delay line behind the window ("window_delay")."""
+        slot = model.d_model + (2 * model.n_heads * model.d_head if cfg.cache == "kv" else 0)
         long_term = cfg.n_basis * model.d_model * model.n_layers
-        short_term = cfg.mem_len * model.d_model * model.n_layers
-        delay = cls.delay(cfg, model) * model.d_model * model.n_layers
+        short_term = cfg.mem_len * slot * model.n_layers
+        delay = cls.delay(cfg, model) * slot * model.n_layers
         parts = {"total": long_term + short_term + delay, "long_term": long_term, "short_term": short_term}
         return parts | ({"window_delay": delay} if delay else {})
 
@@ -396,15 +411,18 @@ class InftyFormer(LayerMemory):
 
         Returns (heads [B, H, N, D], STM state_s, evicted h [B, N, d], evicted counts [B]).
         """
-        stm, valid = state["stm"], state["stm_valid"]  # [B, C, d], [B, C]
+        stm = self._stm(state)  # h [B, C, d] (k, v [B, C, H, D] with cache=kv), valid [B, C]
         delay = self.delay(self.cfg, self.model_cfg)  # the newest W - 1 are the window's: not attended
-        attended = delayed({"h": stm, "valid": valid}, self.cfg.mem_len, delay)
-        prefix = shifted(hidden_prefix(attended, x.project_kv, x.h.dtype), delay)  # filled slots, slot i at i − F − delay
-        out = x.attend(x.q, x.k, x.v, prefix=prefix)  # [B, H, N, D]
+        attended = delayed(stm, self.cfg.mem_len, delay)
+        kv = self.cfg.cache == "kv"
+        prefix = kv_prefix(attended) if kv else hidden_prefix(attended, x.project_kv, x.h.dtype)
+        out = x.attend(x.q, x.k, x.v, prefix=shifted(prefix, delay))  # [B, H, N, D]; slot i at i − F − delay
+        new = {"h": x.h.detach()} | ({"k": x.k.transpose(1, 2).detach(), "v": x.v.transpose(1, 2).detach()} if kv else {})
         with torch.autocast(device_type=x.q.device.type, enabled=False):
-            kept, evicted = fifo_push({"h": stm, "valid": valid}, {"h": x.h.detach()})  # cast to the STM's dtype
+            kept, evicted = fifo_push(stm, new)  # cast to the STM's dtype
         # valid slots are a time-ordered suffix, so each row's evicted states are the last count of `evicted`
-        return out, {"stm": kept["h"], "stm_valid": kept["valid"]}, evicted["h"], evicted["valid"].sum(dim=1)
+        kept = {STM_KEYS[name]: t for name, t in kept.items()}
+        return out, kept, evicted["h"], evicted["valid"].sum(dim=1)
 
     def step(self, x: SegmentInputs, state: State, a_dot: Optional[Tensor] = None) -> tuple[Tensor, State, Tensor, Tensor]:
         """One segment: [STM; segment] attention (or the given local attention when mem_len = 0) plus
