@@ -1,6 +1,6 @@
 """lm-window-pairs is lm-window-rope3 with pair reads in fine-tuning, and nothing else; lm-window-conv is it
 from another backbone, and nothing else; lm-window-conv3 to lm-window-conv6 are lm-window-conv from that
-backbone trained further (conv6 adds XL's caches and rope3's eight other methods). Each suite's rows pair with
+backbone trained further (conv6 adds XL's caches, the Compressive's and the infty-former's key caches and rope3's eight other methods). Each suite's rows pair with
 its base's by method and seed (experiments/window/finetune_reads.py), so any other difference would be read as
 the change's effect."""
 from __future__ import annotations
@@ -36,10 +36,16 @@ def changes(variant: str, base: str = "lm-window-rope3", added: frozenset[str] =
 
 XL_KV = frozenset(f"xl-mem_len{m}-cachekv-s{seed}" for m in (128, 33) for seed in range(3))
 XL_HIDDEN = frozenset(name.replace("cachekv", "cachehidden") for name in XL_KV)  # the same, keys re-projected
-# lm-window-rope3's variants that lm-window-conv5 lacks (all but its default XL), added to lm-window-conv6.
-ROPE3_ONLY = frozenset(f"{variant}-s{seed}" for seed in range(3) for variant in
-                       ("infini-linear", "deltanet", "armt", "titans-mag", "titans-mac", "memorizing-mem_len0",
-                        "memorizing-mem_len0-store_size64", "compressive", "infty-former"))
+# the Compressive's and the infty-former's runs that keep the convolved keys, each beside its cachehidden twin
+OTHER_KV = frozenset(f"{method}-cachekv-s{seed}" for method in ("compressive", "infty-former") for seed in range(3))
+KEY_CACHES = XL_KV | OTHER_KV
+# lm-window-rope3's variants that lm-window-conv5 lacks (all but its default XL), added to lm-window-conv6:
+# conv6's run name -> rope3's (the Compressive's and the infty-former's name the cache they keep, as conv6's
+# grid sets both).
+ROPE3_ONLY = {(f"{variant}-cachehidden-s{seed}" if variant in ("compressive", "infty-former") else f"{variant}-s{seed}"):
+              f"{variant}-s{seed}" for seed in range(3) for variant in
+              ("infini-linear", "deltanet", "armt", "titans-mag", "titans-mac", "memorizing-mem_len0",
+               "memorizing-mem_len0-store_size64", "compressive", "infty-former")}
 
 
 def test_the_pair_read_suite_changes_only_what_fine_tuning_reads() -> None:
@@ -66,9 +72,9 @@ def test_a_later_convolution_suite_changes_only_the_backbone_s_training(suite: s
                                                                          backbones: tuple[str, str]) -> None:
     """lm-window-conv3 is lm-window-conv from `copy-conv3` (copy-conv2 trained further), and each later one
     the one before from the next stage (copy-conv3 trained further): nothing else differs. lm-window-conv6
-    adds XL's caches at two lengths, of keys kept and of hidden states, and rope3's other methods, and its other runs are lm-window-conv5's
+    adds XL's caches at two lengths, the Compressive's and the infty-former's, of keys kept and of hidden states, and rope3's other methods; its other runs are lm-window-conv5's
     from `copy-conv6`."""
-    added = XL_KV | XL_HIDDEN | ROPE3_ONLY if suite == "lm-window-conv6" else frozenset()
+    added = XL_KV | XL_HIDDEN | OTHER_KV | ROPE3_ONLY.keys() if suite == "lm-window-conv6" else frozenset()
     for name, changed in changes(suite, base=base, added=added).items():
         assert changed == {"task.init_from": tuple(f"backbone:{b}" for b in backbones),
                            "log.group": (base, suite),
@@ -79,20 +85,21 @@ def test_the_methods_lm_window_conv6_adds_are_rope3_s_runs_from_its_backbone() -
     """The eight methods (nine variants) lm-window-conv6 adds to conv5's are lm-window-rope3's runs with the model's convolution
     and `copy-conv6`, every step, batch, seed and evaluation the same, so all fourteen share one protocol."""
     rope3, conv6 = run_configs("lm-window-rope3"), run_configs("lm-window-conv6")
-    for name in ROPE3_ONLY:
-        changed = {k: (rope3[name].get(k), conv6[name].get(k)) for k in rope3[name].keys() | conv6[name].keys()
-                   if rope3[name].get(k) != conv6[name].get(k)}
+    for name, base in ROPE3_ONLY.items():
+        changed = {k: (rope3[base].get(k), conv6[name].get(k)) for k in rope3[base].keys() | conv6[name].keys()
+                   if rope3[base].get(k) != conv6[name].get(k) and k != "name"}
         assert changed == {"model.qk_conv": (0, 4), "task.init_from": ("backbone:copy-stdlib-rope3", "backbone:copy-conv6"),
                            "log.group": ("lm-window-rope3", "lm-window-conv6"),
                            "out_dir": ("results/lm-window-rope3/runs", "results/lm-window-conv6/runs")}, name
 
 
-def test_the_xl_rows_of_lm_window_conv6_differ_in_the_keys_they_cache_beyond_the_window() -> None:
-    """Its XL runs cache keys and values (the convolved keys, test_qk_conv.py) or hidden states (keys
-    re-projected without the convolution) beyond the window, on the same backbone, steps and evaluation as
-    the suite's other runs: the pair is the ablation of the keys' convolution."""
+def test_the_cache_rows_of_lm_window_conv6_differ_in_the_keys_they_cache_beyond_the_window() -> None:
+    """Its XL, Compressive and infty-former runs cache keys and values (the convolved keys, test_qk_conv.py) or hidden states
+    (keys re-projected without the convolution) beyond the window, on the same backbone, steps and evaluation
+    as the suite's other runs: each pair is the ablation of the keys' convolution."""
     runs = run_configs("lm-window-conv6")
-    for name in XL_KV:  # the pair differs in the cache alone
+    assert len(KEY_CACHES) == 12
+    for name in KEY_CACHES:  # the pair differs in the cache alone
         kv, hidden = runs[name], runs[name.replace("cachekv", "cachehidden")]
         assert {k for k in kv.keys() | hidden.keys() if kv.get(k) != hidden.get(k)} == {"memory.cache", "name"}, name
     for name in XL_KV | XL_HIDDEN:

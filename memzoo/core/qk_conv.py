@@ -16,8 +16,9 @@ memory slot's query and key pass unchanged. Keys a memory projects itself from h
 (`project_kv`: XL's and the Compressive's caches, the ∞-former's, Titans' persistent slots) are not
 convolved: the K − 1 positions before a cache are not kept, and convolving it with zeros there would make
 one call differ from streaming (a multi-segment call projects a longer run of states). So those caches
-read keys of another function than the window's: a cost of this backbone to them. XL with `cache: kv`
-keeps the keys its layer attended, convolved, and reads as the window does (test_qk_conv.py).
+read keys of another function than the window's: a cost of this backbone to them. With `cache: kv`, XL, the
+Compressive Transformer and the ∞-former's short-term memory keep the keys their layer attended, convolved,
+and read as the window does (test_qk_conv.py).
 """
 from __future__ import annotations
 
