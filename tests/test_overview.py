@@ -105,3 +105,26 @@ def test_cpu_cost_rows_are_read_once_shipped(tmp_path: Path, monkeypatch) -> Non
     pd.DataFrame({"method": ["xl"], "variant": ["xl"], "carried_bytes": [0], "speed_vs_local": [0.5]}).to_csv(
         tmp_path / "cpu-cost.csv", index=False)
     assert shipped_rows("cpu-cost")["speed_vs_local"].tolist() == [0.5]
+
+
+def test_a_cpu_cell_reads_the_nearest_measured_variant_and_names_it() -> None:
+    """The CPU cost suite measures fewer variants than a window suite runs: a window variant without its own
+    row reads the variant sharing most of its options and no other, named ("defaults" for one with none); its
+    own row, unnamed; a variant with no such row, the method's fastest, named."""
+    from memzoo.publishing.overview import speed_cells
+
+    rows = pd.DataFrame({"method": ["local", "xl", "xl", "xl"],
+                         "variant": ["local", "xl mem_len=128", "xl mem_len=33", "xl mem_len=128, cache=kv"],
+                         "ratio": [1.0, 0.8, 0.9, 0.85]})
+    name = lambda r: r["variant"][3:]  # noqa: E731
+
+    def cell(preferred: str, keep: list[int]) -> str:
+        part = rows.iloc[keep]
+        return speed_cells(part, part["ratio"], lambda m: preferred, name)["xl"].text
+
+    assert cell("xl mem_len=128, cache=kv", [0, 1, 2, 3]) == "0.85"  # its own row
+    assert cell("xl mem_len=128, cache=kv", [0, 1, 2]) == "0.80 (mem_len=128)"  # the nearest, not the fastest
+    assert cell("xl mem_len=64, cache=kv", [0, 1, 2]) == "0.90 (mem_len=33)"  # none shares: the fastest
+    lone = pd.DataFrame({"method": ["local", "xl"], "variant": ["local", "xl"], "ratio": [1.0, 0.7]})
+    assert speed_cells(lone, lone["ratio"], lambda m: "xl cache=kv", name)["xl"].text == "0.70 (defaults)"
+    assert speed_cells(lone, lone["ratio"], lambda m: "xl", name)["xl"].text == "0.70"

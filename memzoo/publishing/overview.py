@@ -19,9 +19,10 @@ from memzoo.publishing.shipped import shipped_rows, with_ceiling
 
 DASH = "–"  # a column whose suite has no row of the method
 CONTROLS = (REFERENCE, CEILING)  # not memories: never marked best
-# The window suite whose rows give the LM columns: every method fine-tuned on the window from a backbone that
-# copies, so that `full` is a ceiling that pays (lm-window's backbone never attended past 127 bytes).
-LM_SUITE = "lm-window-rope3"
+# The window suite whose rows give the LM columns: every method fine-tuned on the window from the backbone that
+# copies at every distance (copy-conv6), so that `full` is a ceiling that pays (lm-window's backbone never
+# attended past 127 bytes; lm-window-rope3's copies less far).
+LM_SUITE = "lm-window-conv6"
 OVERVIEW_SOURCES = (LM_SUITE, "capacity-top", "distance", "gpu-speed", "cpu-cost")
 
 
@@ -104,20 +105,46 @@ def reach_cells(distance: pd.DataFrame) -> dict[str, Cell]:
     return out
 
 
+def options_of(variant: str, method: str) -> frozenset[str]:
+    """A variant label's options as a set: "xl mem_len=128, cache=kv" -> {"mem_len=128", "cache=kv"}."""
+    return frozenset(o.strip() for o in option_of(variant, method).split(",") if o.strip())
+
+
+def nearest_variant(group: pd.DataFrame, method: str, preferred: Optional[str]) -> pd.DataFrame:
+    """The rows of `preferred`, else of the variant whose options are the largest subset of its options
+    (none: empty). The CPU cost suite measures fewer variants than the window suites run."""
+    if preferred is None:
+        return group.iloc[:0]
+    if (group["variant"] == preferred).any():
+        return group[group["variant"] == preferred]
+    want = options_of(preferred, method)
+    held = group["variant"].map(lambda v: options_of(v, method))
+    fits = held.map(lambda o: o <= want)
+    if not fits.any():
+        return group.iloc[:0]
+    most = held[fits].map(len).max()
+    return group[fits & (held.map(len) == most)]
+
+
 def speed_cells(rows: pd.DataFrame, ratio: pd.Series, prefer: Callable[[str], Optional[str]] = lambda method: None,
                 name: Callable[[pd.Series], str] = lambda row: "") -> dict[str, Cell]:
     """Method -> its speed as a ratio to `local`'s measured beside it (`ratio`, per row): the row of the
-    variant `prefer(method)` where there is one, else the method's fastest row, named by `name(row)`
-    where the method has several; "ref" for local."""
+    variant `prefer(method)` where there is one, else of the variant sharing most of its options and none
+    other ("xl mem_len=128" for "xl mem_len=128, cache=kv"), else the method's fastest row; named by
+    `name(row)` ("defaults" where it has no options) where it is not the preferred variant; "ref" for local."""
     out = {}
     rows = rows.assign(ratio=ratio)
     for method, group in rows.groupby("method", sort=False):
         if method == REFERENCE:
             out[method] = Cell("ref")
             continue
-        own = group[group["variant"] == prefer(method)] if "variant" in group else group.iloc[:0]
+        own = nearest_variant(group, method, prefer(method)) if "variant" in group else group.iloc[:0]
         fastest = (own if not own.empty else group).sort_values("ratio", ascending=False, kind="stable").iloc[0]
-        named = f" ({name(fastest)})" if own.empty and len(group) > 1 and name(fastest) else ""
+        exact = not own.empty and (own["variant"] == prefer(method)).all()
+        several = group["variant"].nunique() > 1 if "variant" in group else len(group) > 1
+        stand_in = prefer(method) is not None and not exact  # a measured variant other than the one asked for
+        label = name(fastest) or ("defaults" if stand_in else "")
+        named = f" ({label})" if not exact and (several or stand_in) and label else ""
         out[method] = Cell(f"{fastest['ratio']:.2f}{named}", (fastest["ratio"],) if method not in CONTROLS else None)
     return out
 
@@ -135,7 +162,8 @@ def overview_table(rows: dict[str, pd.DataFrame]) -> str:
     cpu, gpu = rows["cpu-cost"], rows["gpu-speed"]
     if not cpu.empty:
         cpu = cpu[cpu["carried_bytes"] == 0]
-        if "suite" in cpu and (cpu["suite"] == "lm-window").any():  # measured at lm-window's config, LM_SUITE's too
+        # measured at lm-window's config: LM_SUITE's but for its convolution on queries and keys, which every method pays alike
+        if "suite" in cpu and (cpu["suite"] == "lm-window").any():
             cpu = cpu[cpu["suite"] == "lm-window"]
     columns = {
         "state": {m: w.state for m, w in window.items()},
