@@ -10,6 +10,13 @@ the suite's.
         out_dir=/work/conv/pilot --jobs 2
     python experiments/window/pilot_facts.py /work/conv/pilot/lm-window-rope3-states/results.parquet \\
         --shipped lm-window-rope3 --out experiments/window/pilot_states_rope3.json
+
+A pilot of memory variants alone (its floor rerun, `full` not) borrows the shipped ceiling with `--ceiling-from`:
+
+    memzoo compare lm-window-conv6 "methods=[local,memorizing]" "grid.memorizing.store_size=[null]" \
+        "grid.memorizing.knn_layer=[0]" name=lm-window-conv6-knn out_dir=/work/conv/pilot --jobs 2
+    python experiments/window/pilot_facts.py /work/conv/pilot/lm-window-conv6-knn/results.parquet \
+        --shipped lm-window-conv6 --ceiling-from lm-window-conv6 --out experiments/window/pilot_knn_layer_conv6.json
 """
 from __future__ import annotations
 
@@ -36,18 +43,32 @@ def controls_drift(rows: pd.DataFrame, shipped: pd.DataFrame) -> dict[str, float
     return {name: float(value - theirs.get(name, float("nan"))) for name, value in ours.items()}
 
 
+def with_shipped_ceiling(rows: pd.DataFrame, shipped: pd.DataFrame) -> pd.DataFrame:
+    """The pilot's rows plus the shipped suite's `full` runs at the pilot's seeds (its own, if it has any, kept)."""
+    if (rows["method"] == CEILING).any():
+        return rows
+    ceiling = shipped[(shipped["method"] == CEILING) & shipped["seed"].isin(rows["seed"].unique())]
+    return pd.concat([rows, ceiling], ignore_index=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", type=Path, help="the pilot's results.parquet")
     ap.add_argument("--shipped", default=None, help="report the pilot's floor and full runs less this suite's shipped runs of the same names")
+    ap.add_argument("--ceiling-from", default=None, help="a pilot that did not rerun `full`: add this suite's shipped "
+                    "`full` rows at the pilot's seeds (read with --shipped, which shows the pilot's floor is the shipped one)")
     ap.add_argument("--out", type=Path, default=None, help="write the facts as JSON here")
     args = ap.parse_args()
-    rows = pd.read_parquet(args.results)
+    own = rows = pd.read_parquet(args.results)
+    if args.ceiling_from:
+        rows = with_shipped_ceiling(rows, load_references(args.ceiling_from))
     facts = {**window_facts(rows), **copy_facts(rows)}
     out = {"facts": {k: v for k, v in sorted(facts.items()) if any(part in k for part in KEPT) and "_mean" not in k},
            "state": {str(n).rsplit("-s", 1)[0]: int(s) for n, s in zip(rows["name"], rows["footprint_analytic"])}}
     if args.shipped:
-        out["controls_minus_shipped"] = controls_drift(rows, load_references(args.shipped))
+        out["controls_minus_shipped"] = controls_drift(own, load_references(args.shipped))  # the pilot's own runs only
+    if args.ceiling_from and not (own["method"] == CEILING).any():
+        out["ceiling_from"] = args.ceiling_from
     text = json.dumps(out, indent=1, ensure_ascii=False)
     print(text)
     if args.out:
