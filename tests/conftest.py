@@ -32,11 +32,13 @@ VARIANTS: list[tuple[str, str, dict]] = [
     ("compressive-mean", "compressive", {"mem_len": 8, "cmem_len": 4, "compression_rate": 2, "compression": "mean"}),
     ("compressive-dconv", "compressive", {"mem_len": 4, "cmem_len": 4, "compression_rate": 2,
                                           "compression": "depthwise-conv"}),
+    ("compressive-kv", "compressive", {"mem_len": 8, "cmem_len": 4, "compression_rate": 2, "cache": "kv"}),
     ("memorizing-small-store", "memorizing", {"store_size": 12, "mem_len": 0, "top_k": 2}),
     ("rmt-learned-write", "rmt", {"n_mem_tokens": 2, "write_slots": "learned"}),
     ("rmt-causal-mask", "rmt", {"n_mem_tokens": 2, "memory_mask": "causal"}),
     ("infty-former-sticky", "infty-former", {"n_basis": 8, "mem_len": 12, "kv_weights": "layer", "sticky_memories": True}),
     ("infty-former-no-stm", "infty-former", {"n_basis": 8, "mem_len": 0}),
+    ("infty-former-kv", "infty-former", {"n_basis": 8, "mem_len": 12, "cache": "kv"}),
     ("gated-deltanet-chunk3", "gated-deltanet", {"chunk_size": 3}),  # 3 chunks per 8-token segment, the last partial
     ("gated-deltanet-loop", "gated-deltanet", {"chunkwise": False}),  # the per-token reference
     ("deltanet-chunk5-no-conv", "deltanet", {"chunk_size": 5, "conv_size": 0}),

@@ -108,9 +108,10 @@ def split_heads(t: torch.Tensor, fixed_weights: bool = False):
 
 
 def step(mem: CompressiveTransformer, h: torch.Tensor, state, reset: torch.Tensor):
-    """One segment h [B, n, d] through the plugin (queries/keys/values from h itself)."""
-    qkv = rearrange(h, "b n (h d) -> b h n d", h=H)[:, None]  # [B, 1, H, n, D]
-    x = LayerInputs(h[:, None], qkv, qkv, qkv, reset[:, None], LocalAttention(10000.0), split_heads)
+    """One segment h [B, n, d] through the plugin: queries and keys are h itself, values 2 h (so a kv slot is
+    [h | 2 h], and keys swapped with values would show)."""
+    qk = rearrange(h, "b n (h d) -> b h n d", h=H)[:, None]  # [B, 1, H, n, D]
+    x = LayerInputs(h[:, None], qk, qk, 2 * qk, reset[:, None], LocalAttention(10000.0), split_heads)
     _, state, _ = mem(x, state)
     return state
 
@@ -133,7 +134,7 @@ def hand(stream: torch.Tensor, mem_len: int, cmem_len: int, rate: int, pool) -> 
 @pytest.mark.parametrize("compression,pool", [("mean", lambda g: g.mean(0)), ("max", lambda g: g.amax(0))])
 def test_eviction_order_compression_capacity_pending_and_reset(compression: str, pool, cache: str) -> None:
     """Segments of 3 (one partial of 1) through mem_len 4, cmem_len 3, c 2; row 1 resets at segment 4.
-    With cache=kv a slot is [k | v], here [h | h] (`step` gives the segment h as its keys and values)."""
+    With cache=kv a slot is [k | v], here [h | 2 h] (`step` gives the segment h as its keys, 2 h as its values)."""
     mem_len, cmem_len, rate = 4, 3, 2
     mem = plugin(mem_len, cmem_len, rate, compression, cache)
     g = torch.Generator().manual_seed(0)
@@ -149,7 +150,7 @@ def test_eviction_order_compression_capacity_pending_and_reset(compression: str,
             seen[1] = []
         state = step(mem, h, state, reset)
         for row in range(B):
-            seen[row].append(torch.cat((h[row], h[row]), -1) if cache == "kv" else h[row])
+            seen[row].append(torch.cat((h[row], 2 * h[row]), -1) if cache == "kv" else h[row])
             want = hand(torch.cat(seen[row]), mem_len, cmem_len, rate, pool)
             for part in ("mem", "cmem", "pend"):
                 got = valid_slots(state, part, row)
@@ -164,15 +165,18 @@ def test_eviction_order_compression_capacity_pending_and_reset(compression: str,
 @pytest.mark.parametrize("cache", ["hidden", "kv"])
 def test_mean_pooling_by_hand_and_conv_starts_as_mean(cache: str) -> None:
     """Six states 0..5 (value t + channel / 10 in each channel), mem_len 2, c 2: cm = [0.5, 2.5], m = [4, 5]
-    plus the channel's offset, in every channel (a conv mixing channels or kv's keys with values would not)."""
+    plus the channel's offset, in every channel (a conv mixing channels would not); with cache=kv the values
+    (2 h) twice that, apart from the keys."""
     for compression in ("mean", "conv", "depthwise-conv"):
         mem = plugin(2, 4, 2, compression, cache)
         h = torch.arange(6.0)[None, :, None] + torch.arange(H * D)[None, None, :] / 10  # [1, 6, H·D]
-        k = torch.arange(H * D) / 10
-        k = torch.cat((k, k)) if cache == "kv" else k  # [w]: [k | v] = [h | h]
         state = step(mem, h.expand(B, -1, -1), mem.initial_state(B, torch.device("cpu")), torch.zeros(B, dtype=torch.bool))
-        assert torch.allclose(valid_slots(state, "cmem", 0), torch.tensor([[0.5], [2.5]]) + k, atol=1e-6)
-        assert torch.allclose(valid_slots(state, "mem", 0), torch.tensor([[4.0], [5.0]]) + k, atol=1e-6)
+        cm = torch.tensor([[0.5], [2.5]]) + torch.arange(H * D) / 10  # [2, H·D]: the groups' means
+        m = torch.tensor([[4.0], [5.0]]) + torch.arange(H * D) / 10
+        if cache == "kv":  # [k | v] = [h | 2 h]
+            cm, m = torch.cat((cm, 2 * cm), -1), torch.cat((m, 2 * m), -1)
+        assert torch.allclose(valid_slots(state, "cmem", 0), cm, atol=1e-6)
+        assert torch.allclose(valid_slots(state, "mem", 0), m, atol=1e-6)
 
 
 def test_reset_clears_both_memories_and_pending() -> None:
@@ -201,7 +205,8 @@ def test_prefix_positions_memory_then_compressed_spaced_by_rate() -> None:
 
 @pytest.mark.parametrize("cache, width", [("hidden", 32), ("kv", 2 * 2 * 16)])
 def test_state_float32_under_autocast_and_footprint_counts_pending(cache: str, width: int) -> None:
-    """The state is what the footprint counts: w (d_model 32, or a key and a value of 2 heads × 16) a slot."""
+    """The state is what the footprint counts: w (d_model 32, or a key and a value of 2 heads × 16) a slot;
+    "table1" stays the paper's count of hidden states."""
     model = model_with(mem_len=8, cmem_len=4, compression_rate=3, cache=cache)
     x = tokens(3)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -211,7 +216,7 @@ def test_state_float32_under_autocast_and_footprint_counts_pending(cache: str, w
     assert all(v.dtype in (torch.float32, torch.bool) for st in out.state.layers for v in st.values())
     parts = CompressiveTransformer.footprint(model.memory_cfg, model.cfg, 24)
     assert state_numbers(out.state.all(), B) == parts["total"] == width * (8 + 4 + 2) * 2
-    assert parts["table1"] == width * (8 + 4) * 2
+    assert parts["table1"] == 32 * (8 + 4) * 2  # the paper's count (hidden states), whatever the cache
 
 
 # ---- empty capacity costs nothing; pending states are attended ---------------------------------------

@@ -125,6 +125,8 @@ def test_a_cpu_cell_reads_the_nearest_measured_variant_and_names_it() -> None:
     assert cell("xl mem_len=128, cache=kv", [0, 1, 2, 3]) == "0.85"  # its own row
     assert cell("xl mem_len=128, cache=kv", [0, 1, 2]) == "0.80 (mem_len=128)"  # the nearest, not the fastest
     assert cell("xl mem_len=64, cache=kv", [0, 1, 2]) == "0.90 (mem_len=33)"  # none shares: the fastest
+    both = pd.DataFrame({"method": ["local", "xl", "xl"], "variant": ["local", "xl", "xl mem_len=128"], "ratio": [1.0, 0.9, 0.8]})
+    assert speed_cells(both, both["ratio"], lambda m: "xl mem_len=128, cache=kv", name)["xl"].text == "0.80 (mem_len=128)"
     lone = pd.DataFrame({"method": ["local", "xl"], "variant": ["local", "xl"], "ratio": [1.0, 0.7]})
     assert speed_cells(lone, lone["ratio"], lambda m: "xl cache=kv", name)["xl"].text == "0.70 (defaults)"
     assert speed_cells(lone, lone["ratio"], lambda m: "xl", name)["xl"].text == "0.70"

@@ -252,6 +252,7 @@ def test_xl_cache_holds_what_left_the_window(cache: str) -> None:
     assert XLConfig().beyond_window is True
 
 
+@pytest.mark.parametrize("cache", ["hidden", "kv"])
 @pytest.mark.parametrize("cmem_len, rate, beyond, plain", [
     (0, 1, range(3 * N - (W + 6 - 1), 3 * N + 1), range(3 * N - 6, 3 * N + 1)),  # the FIFO alone: XL's reach
     # M = 4, two compressed slots of c = 2 (mean), worked by hand for t = 18 (N = 6, W = 4): with the window
@@ -259,13 +260,14 @@ def test_xl_cache_holds_what_left_the_window(cache: str) -> None:
     # without it the FIFO holds 14..17, cm (10,11), (12,13)
     (2, 2, range(6, 3 * N + 1), range(10, 3 * N + 1)),
 ])
-def test_compressive_memories_hold_what_left_the_window(cmem_len: int, rate: int, beyond: range, plain: range) -> None:
+def test_compressive_memories_hold_what_left_the_window(cmem_len: int, rate: int, beyond: range, plain: range,
+                                                       cache: str) -> None:
     """1-layer Compressive on the window: every part (FIFO, pending, compressed) sits behind the window
     with beyond_window, so the segment's first query reaches W - 1 positions further; without it the
-    FIFO repeats the window."""
+    FIFO repeats the window. The same whether a slot holds the hidden state or the key and value."""
     mem_len = 6 if cmem_len == 0 else 4
     x = byte_tokens(s=4)
-    opts = {"mem_len": mem_len, "cmem_len": cmem_len, "compression_rate": rate, "compression": "mean"}
+    opts = {"mem_len": mem_len, "cmem_len": cmem_len, "compression_rate": rate, "compression": "mean", "cache": cache}
     assert reach_positions(model("compressive", layers=1, options=opts), 3 * N, x) == set(beyond)
     assert reach_positions(model("compressive", layers=1, options={**opts, "beyond_window": False}), 3 * N, x) == set(plain)
 
@@ -310,6 +312,8 @@ def zero_ltm_read(m: MemoryModel, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("method, options, read, isolate, slot", [
     ("memorizing", {"store_size": 4, "top_k": 2}, "local", shut_knn_read, lambda c: 2 * c.n_heads * c.d_head),
     ("infty-former", {"n_basis": 8, "n_samples": 8}, "short_term", zero_ltm_read, lambda c: c.d_model),
+    ("infty-former", {"n_basis": 8, "n_samples": 8, "cache": "kv"}, "short_term", zero_ltm_read,
+     lambda c: c.d_model + 2 * c.n_heads * c.d_head),  # an STM slot keeps its hidden state, key and value
 ])
 def test_caches_of_the_previous_positions_hold_what_left_the_window(method, options, read, isolate, slot,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:

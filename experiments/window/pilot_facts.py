@@ -14,7 +14,7 @@ the suite's.
 A pilot of memory variants alone (its floor rerun, `full` not) borrows the shipped ceiling with `--ceiling-from`:
 
     memzoo compare lm-window-conv6 "methods=[local,memorizing]" "grid.memorizing.store_size=[null]" \
-        "grid.memorizing.knn_layer=[0]" name=lm-window-conv6-knn out_dir=/work/conv/pilot --jobs 2
+        "grid.memorizing.knn_layer=[0,1,3]" name=lm-window-conv6-knn out_dir=/work/conv/pilot --jobs 2
     python experiments/window/pilot_facts.py /work/conv/pilot/lm-window-conv6-knn/results.parquet \
         --shipped lm-window-conv6 --ceiling-from lm-window-conv6 --out experiments/window/pilot_knn_layer_conv6.json
 """
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("results", type=Path, help="the pilot's results.parquet")
     ap.add_argument("--shipped", default=None, help="report the pilot's floor and full runs less this suite's shipped runs of the same names")
     ap.add_argument("--ceiling-from", default=None, help="a pilot that did not rerun `full`: add this suite's shipped "
-                    "`full` rows at the pilot's seeds (read with --shipped, which shows the pilot's floor is the shipped one)")
+                    "`full` rows at the pilot's seeds (with --shipped, which shows whether the pilot's floor is the shipped one)")
     ap.add_argument("--out", type=Path, default=None, help="write the facts as JSON here")
     args = ap.parse_args()
     own = rows = pd.read_parquet(args.results)

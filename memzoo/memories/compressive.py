@@ -46,7 +46,8 @@ Empty slots are masked through bool `valid` flags, never attended as zero vector
 buffer is cut to its filled slots before attention (fifo.filled), so the keys projected and
 attended follow the states held, not mem_len + cmem_len. State follows the precision policy
 (float32 whatever the autocast dtype, float64 in a float64 model). Footprint: w × (n_cm + n_m + c − 1) × l numbers per
-row, w the slot's width ("table1": the paper's w × (n_cm + n_m) × l, without the pending buffer).
+row, w the slot's width (d_model; 2·H·D with cache=kv); "table1" is the paper's d_model × (n_cm + n_m) × l, without
+the pending buffer, whatever the cache (as xl.py's "table1" stays Table 1's count).
 
 Backbone window (model.attention_span = W > 0, memzoo.core.window): the window's keys are prepended
 to this memory's [cm; p; m; segment] attention. `beyond_window` (default True) makes every part hold
@@ -89,7 +90,7 @@ PARTS = ("cmem", "pend", "mem")  # compressed memory, pending (evicted, not yet 
 
 @dataclass
 class CompressiveConfig:
-    mem_len: int = 2048  # n_m: hidden states kept in the FIFO memory per layer
+    mem_len: int = 2048  # n_m: slots (hidden states, or keys and values with cache=kv) kept in the FIFO memory per layer
     cmem_len: int = 2048  # n_cm: compressed slots kept per layer
     compression_rate: int = 2  # c: evicted states per compressed slot
     # conv (Conv1d, kernel = stride = c; initialised as mean pooling) | depthwise-conv (one filter per
@@ -142,7 +143,7 @@ class CompressiveTransformer(LayerMemory):
     """Attention over [compressed memory; FIFO memory; segment]; evicted states compressed at rate c."""
 
     gradient_through_state = False  # both memories are SG(·), as in the paper
-    # folders saved before the options: no window, where beyond_window changes nothing; hidden slots (hashed as absent)
+    # folders saved before the options (hashed as absent): no window, where beyond_window changes nothing; hidden slots
     legacy_options = {"beyond_window": True, "cache": "hidden"}
 
     def __init__(self, cfg: CompressiveConfig, model: ModelConfig, layer_index: int):
@@ -223,10 +224,11 @@ class CompressiveTransformer(LayerMemory):
         """Fixed-size buffers: independent of tokens_seen. With the window's delay line (beyond_window,
         W > 0) "total" adds its W - 1 slots per layer ("window_delay")."""
         width = cls.slot_width(cfg, model)
-        table1 = width * (cfg.cmem_len + cfg.mem_len) * model.n_layers
+        held = width * (cfg.cmem_len + cfg.mem_len) * model.n_layers
         pending = width * (cfg.compression_rate - 1) * model.n_layers
         delay = width * cls.delay(cfg, model) * model.n_layers
-        parts = {"total": table1 + pending + delay, "table1": table1, "pending": pending}
+        table1 = model.d_model * (cfg.cmem_len + cfg.mem_len) * model.n_layers  # the paper's count: hidden states
+        parts = {"total": held + pending + delay, "table1": table1, "pending": pending}
         return parts | ({"window_delay": delay} if delay else {})
 
     # ---- read --------------------------------------------------------------------------------
@@ -265,10 +267,10 @@ class CompressiveTransformer(LayerMemory):
 
         Valid slots are always a suffix (time-contiguous, newest last). A row with m valid states
         compresses its oldest g = m // c groups and keeps the newest r = m % c pending.
-        Returns (old [B, G·c, d], group_valid [B, G], pending state).
+        Returns (old [B, G·c, w], group_valid [B, G], pending state).
         """
         c = self.rate
-        joined = torch.cat((state["pend"], evicted["h"]), dim=1)  # [B, L, d]
+        joined = torch.cat((state["pend"], evicted["h"]), dim=1)  # [B, L, w]
         joined_valid = torch.cat((state["pend_valid"], evicted["valid"]), dim=1)  # [B, L]
         b, length = joined_valid.shape
         m = joined_valid.sum(dim=1)  # [B]
@@ -312,7 +314,7 @@ class CompressiveTransformer(LayerMemory):
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             mem, evicted = fifo_push(self._part(state, "mem"), {"h": self.slots_of(x)})  # [B, n_m, w]
             old, group_valid, pending = self._groups(state, evicted)  # old: SG(·) already
-            compressed = self.compressor(old)  # [B, G, d]
+            compressed = self.compressor(old)  # [B, G, w]
             train_compressor = any(p.requires_grad for p in self.compressor.parameters())
             if self.cfg.reconstruction_loss and train_compressor and torch.is_grad_enabled():
                 aux = self._reconstruction_loss(x, old, compressed, group_valid)

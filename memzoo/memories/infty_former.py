@@ -41,11 +41,13 @@ Choices where the paper is silent or where we follow the authors' code (also in 
 * STM: caches h (d_model per slot, the authors' `mems`), not keys/values: the LTM needs the evicted
   h anyway, so a key/value cache carries both. `cache: kv` (an explicit deviation, as xl.py's option)
   does: each STM slot also keeps the key (pre-RoPE) and value the layer attended, which the STM's
-  attention reads in place of re-projected ones (2·H·D more numbers a slot; W_K, W_V then learn nothing
-  through the STM's slots). It is there for backbones whose keys are not a function of one hidden state
-  (model.qk_conv: memzoo.core.qk_conv), where re-projected keys miss; the LTM is unchanged. Positions: RoPE over [STM; segment] relative to
-  the segment's first token, STM slot i of C at i − C, as xl.py. Empty slots (document start,
-  reset rows) are masked. Gradient stops at the STM (W_K, W_V learn through its slots).
+  attention reads in place of re-projected ones (2·H·D more numbers a slot, in "total"; "table1" stays
+  the card's count; W_K, W_V then learn nothing through the STM's slots). It is there for backbones
+  whose keys are not a function of one hidden state (model.qk_conv: memzoo.core.qk_conv), where
+  re-projected keys miss; the LTM is unchanged. It needs an STM (mem_len > 0).
+  Positions: RoPE over [STM; segment] relative to the segment's first token, STM slot i of C at
+  i − C, as xl.py. Empty slots (document start, reset rows) are masked. Gradient stops at the STM
+  (with cache=hidden W_K, W_V learn through its slots).
 * Until the STM is full nothing leaves it, so the LTM stays empty (it reads 0); a segment may evict
   fewer than L states (STM not yet full, mem_len not a multiple of L, a row reset mid-batch), and
   the write then uses that row's own count of new vectors. A document reset empties both memories.
@@ -231,7 +233,7 @@ class InftyFormer(LayerMemory):
     """Attention over [short-term memory; segment] plus a continuous read of what left the STM."""
 
     gradient_through_state = False  # B is carried detached (authors' code)
-    # folders saved before the options: no window, where beyond_window changes nothing; STM of h alone (hashed as absent)
+    # folders saved before the options (hashed as absent): no window (beyond_window changes nothing), an STM of h
     legacy_options = {"beyond_window": True, "cache": "hidden"}
 
     def __init__(self, cfg: InftyFormerConfig, model: ModelConfig, layer_index: int):
@@ -240,6 +242,9 @@ class InftyFormer(LayerMemory):
             raise ValueError(f"infty-former kv_weights={cfg.kv_weights!r}; expected one of {KV_WEIGHTS}")
         if cfg.cache not in CACHES:
             raise ValueError(f"infty-former cache={cfg.cache!r}; expected one of {CACHES}")
+        if cfg.cache == "kv" and cfg.mem_len == 0:
+            raise ValueError("infty-former cache='kv' with mem_len=0; cache=kv keeps keys in the short-term memory, "
+                             "so it needs mem_len > 0 (mem_len=0 has none: use cache='hidden')")
         if not 0.0 < cfg.tau < 1.0:
             raise ValueError(f"infty-former tau={cfg.tau}; expected 0 < tau < 1")
         if cfg.n_samples < 1 or cfg.ridge_lambda <= 0 or cfg.kl_sigma_0 <= 0 or cfg.sticky_bins < 1:
@@ -271,7 +276,8 @@ class InftyFormer(LayerMemory):
         }
         if self.cfg.mem_len > 0:
             capacity = self.cfg.mem_len + self.delay(self.cfg, self.model_cfg)
-            slots = {"h": (self.d_model,)} | (kv_slot_shapes(self.n_heads, self.d_head) if self.cfg.cache == "kv" else {})
+            kv = kv_slot_shapes(self.n_heads, self.d_head) if self.cfg.cache == "kv" else {}
+            slots = {"h": (self.d_model,)} | kv  # [B, C, d] (and [B, C, H, D] each)
             stm = fifo_init(batch_size, capacity, slots, device, self.state_dtype())
             state |= {STM_KEYS[name]: t for name, t in stm.items()}
         return state
@@ -288,7 +294,9 @@ class InftyFormer(LayerMemory):
         long_term = cfg.n_basis * model.d_model * model.n_layers
         short_term = cfg.mem_len * slot * model.n_layers
         delay = cls.delay(cfg, model) * slot * model.n_layers
-        parts = {"total": long_term + short_term + delay, "long_term": long_term, "short_term": short_term}
+        table1 = (cfg.n_basis + cfg.mem_len) * model.d_model * model.n_layers  # the card's count: hidden states
+        parts = {"total": long_term + short_term + delay, "long_term": long_term, "short_term": short_term,
+                 "table1": table1}
         return parts | ({"window_delay": delay} if delay else {})
 
     @classmethod
@@ -417,7 +425,9 @@ class InftyFormer(LayerMemory):
         kv = self.cfg.cache == "kv"
         prefix = kv_prefix(attended) if kv else hidden_prefix(attended, x.project_kv, x.h.dtype)
         out = x.attend(x.q, x.k, x.v, prefix=shifted(prefix, delay))  # [B, H, N, D]; slot i at i − F − delay
-        new = {"h": x.h.detach()} | ({"k": x.k.transpose(1, 2).detach(), "v": x.v.transpose(1, 2).detach()} if kv else {})
+        new = {"h": x.h.detach()}  # [B, N, d]
+        if kv:  # [B, N, H, D] each, gradient stopped
+            new |= {"k": x.k.transpose(1, 2).detach(), "v": x.v.transpose(1, 2).detach()}
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             kept, evicted = fifo_push(stm, new)  # cast to the STM's dtype
         # valid slots are a time-ordered suffix, so each row's evicted states are the last count of `evicted`
