@@ -105,8 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("plugin", help="a .py file, a module (my_pkg.decay) or an installed entry point's name")
     s.add_argument("overrides", nargs="*", help="suite overrides (smoke runs only: the rows are then not comparable)")
     s.add_argument("--suites", default="lm-stream,capacity-top,distance",
-                   help="comma-separated, of lm-stream, lm-stream-sotu, lm-stream-gpu (needs CUDA), quick (the smoke comparison), "
-                        "capacity-top, distance "
+                   help="comma-separated shipped suites (`memzoo references` lists them): lm-window-conv6 (the "
+                        "README's headline) and the other window suites, lm-stream, lm-stream-sotu, lm-stream-gpu (needs "
+                        "CUDA), quick (the smoke comparison), capacity-top, distance "
                         "(default: lm-stream, capacity-top, distance)")
     s.add_argument("--seeds", type=int, default=None, help="the first N of each suite's seeds (default all)")
     s.add_argument("--out", default="scorecard", help="folder for the runs, the reports and scorecard.md")
