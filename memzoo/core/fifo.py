@@ -103,6 +103,16 @@ def kv_slot_shapes(n_heads: int, d_head: int) -> dict[str, tuple[int, ...]]:
     return {"k": (n_heads, d_head), "v": (n_heads, d_head)}
 
 
+def kv_slot_numbers(n_heads: int, d_head: int) -> int:
+    """Numbers a key/value slot holds (kv_slot_shapes): 2·H·D."""
+    return 2 * n_heads * d_head
+
+
+def kv_slots(k: Tensor, v: Tensor) -> dict[str, Tensor]:
+    """A segment's keys and values (k, v [B, H, N, D]) as FIFO slots {k, v: [B, N, H, D]}, gradient stopped."""
+    return {"k": k.transpose(1, 2).detach(), "v": v.transpose(1, 2).detach()}
+
+
 def hidden_prefix(cache: State, project_kv: Callable[[Tensor], tuple[Tensor, Tensor]], dtype: torch.dtype) -> KVPrefix | None:
     """A FIFO of hidden states (h [B, C, d], valid [B, C]) as the prefix of local attention: its
     filled part only (F slots), keys and values recomputed by the current W_K, W_V (`project_kv`),
@@ -146,5 +156,4 @@ def shifted(prefix: KVPrefix | None, delay: int) -> KVPrefix | None:
 
 def push_kv(cache: State, k: Tensor, v: Tensor) -> tuple[State, State]:
     """Append a segment's keys and values (k, v [B, H, N, D]) with gradient stopped, in the cache's dtype."""
-    new = {"k": k.transpose(1, 2).detach(), "v": v.transpose(1, 2).detach()}  # [B, N, H, D]; fifo_push casts
-    return fifo_push(cache, new)
+    return fifo_push(cache, kv_slots(k, v))  # fifo_push casts

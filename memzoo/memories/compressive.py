@@ -78,7 +78,7 @@ from torch import Tensor, nn
 
 from memzoo.core.attention import KVPrefix
 from memzoo.core.config import ModelConfig
-from memzoo.core.fifo import delayed, fifo_init, fifo_push, fifo_reset, filled, slot_positions
+from memzoo.core.fifo import delayed, fifo_init, fifo_push, fifo_reset, filled, kv_slot_numbers, slot_positions
 from memzoo.core.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
 from memzoo.core.window import beyond_window_delay
@@ -165,7 +165,7 @@ class CompressiveTransformer(LayerMemory):
     @staticmethod
     def slot_width(cfg: CompressiveConfig, model: ModelConfig) -> int:
         """Numbers a slot holds: d_model (a hidden state) or 2·H·D (a key and a value per head)."""
-        return 2 * model.n_heads * model.d_head if cfg.cache == "kv" else model.d_model
+        return kv_slot_numbers(model.n_heads, model.d_head) if cfg.cache == "kv" else model.d_model
 
     def keys_values(self, x: SegmentInputs, slots: Tensor, fixed_weights: bool = False) -> tuple[Tensor, Tensor]:
         """Slots [B, M, w] -> keys, values [B, H, M, D]: split ([k | v]) or projected with W_K, W_V (hidden)."""

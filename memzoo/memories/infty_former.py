@@ -92,7 +92,8 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from memzoo.core.config import ModelConfig
-from memzoo.core.fifo import delayed, fifo_init, fifo_push, hidden_prefix, kv_prefix, kv_slot_shapes, shifted
+from memzoo.core.fifo import (delayed, fifo_init, fifo_push, hidden_prefix, kv_prefix, kv_slot_numbers, kv_slot_shapes,
+                              kv_slots, shifted)
 from memzoo.core.memory import LayerInputs, LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
 from memzoo.core.window import beyond_window_delay
@@ -290,7 +291,7 @@ class InftyFormer(LayerMemory):
     def footprint(cls, cfg: InftyFormerConfig, model: ModelConfig, tokens_seen: int) -> dict[str, int]:
         """B (n_basis × d_model) plus the STM's mem_len slots (a hidden state, d_model, and with cache=kv a key
         and a value, 2·H·D), per layer, and the STM's delay line behind the window ("window_delay")."""
-        slot = model.d_model + (2 * model.n_heads * model.d_head if cfg.cache == "kv" else 0)
+        slot = model.d_model + (kv_slot_numbers(model.n_heads, model.d_head) if cfg.cache == "kv" else 0)
         long_term = cfg.n_basis * model.d_model * model.n_layers
         short_term = cfg.mem_len * slot * model.n_layers
         delay = cls.delay(cfg, model) * slot * model.n_layers
@@ -425,9 +426,7 @@ class InftyFormer(LayerMemory):
         kv = self.cfg.cache == "kv"
         prefix = kv_prefix(attended) if kv else hidden_prefix(attended, x.project_kv, x.h.dtype)
         out = x.attend(x.q, x.k, x.v, prefix=shifted(prefix, delay))  # [B, H, N, D]; slot i at i − F − delay
-        new = {"h": x.h.detach()}  # [B, N, d]
-        if kv:  # [B, N, H, D] each, gradient stopped
-            new |= {"k": x.k.transpose(1, 2).detach(), "v": x.v.transpose(1, 2).detach()}
+        new = {"h": x.h.detach()} | (kv_slots(x.k, x.v) if kv else {})  # [B, N, d] (and [B, N, H, D] each)
         with torch.autocast(device_type=x.q.device.type, enabled=False):
             kept, evicted = fifo_push(stm, new)  # cast to the STM's dtype
         # valid slots are a time-ordered suffix, so each row's evicted states are the last count of `evicted`

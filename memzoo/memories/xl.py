@@ -49,8 +49,8 @@ from torch import Tensor
 
 from memzoo.core.attention import KVPrefix
 from memzoo.core.config import ModelConfig
-from memzoo.core.fifo import (delayed, fifo_init, fifo_push, fifo_reset, hidden_prefix, kv_prefix, kv_slot_shapes, push_kv,
-                              shifted)
+from memzoo.core.fifo import (delayed, fifo_init, fifo_push, fifo_reset, hidden_prefix, kv_prefix, kv_slot_numbers,
+                              kv_slot_shapes, push_kv, shifted)
 from memzoo.core.memory import LayerMemory, SegmentInputs, State, zero_loss
 from memzoo.core.plugins import register_memory
 from memzoo.core.window import beyond_window_delay
@@ -112,7 +112,7 @@ class TransformerXL(LayerMemory):
         (beyond_window, W > 0) "total" adds its W - 1 slots per layer ("window_delay"); "table1" stays
         the paper's mem_len count."""
         table1 = (model.d_head + model.d_head) * model.n_heads * cfg.mem_len * model.n_layers
-        per_slot = 2 * model.d_head * model.n_heads if cfg.cache == "kv" else model.d_model
+        per_slot = kv_slot_numbers(model.n_heads, model.d_head) if cfg.cache == "kv" else model.d_model
         delay = per_slot * cls.delay(cfg, model) * model.n_layers
         if cfg.cache == "kv" and not delay:
             return {"total": table1}

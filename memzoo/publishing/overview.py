@@ -138,13 +138,14 @@ def speed_cells(rows: pd.DataFrame, ratio: pd.Series, prefer: Callable[[str], Op
         if method == REFERENCE:
             out[method] = Cell("ref")
             continue
-        own = nearest_variant(group, method, prefer(method)) if "variant" in group else group.iloc[:0]
+        preferred, labelled = prefer(method), "variant" in group
+        own = nearest_variant(group, method, preferred) if labelled else group.iloc[:0]
         fastest = (own if not own.empty else group).sort_values("ratio", ascending=False, kind="stable").iloc[0]
-        exact = not own.empty and (own["variant"] == prefer(method)).all()
-        several = group["variant"].nunique() > 1 if "variant" in group else len(group) > 1
-        stand_in = prefer(method) is not None and not exact  # a measured variant other than the one asked for
-        label = name(fastest) or ("defaults" if stand_in else "")
-        named = f" ({label})" if not exact and (several or stand_in) and label else ""
+        exact = labelled and fastest["variant"] == preferred
+        several = group["variant"].nunique() > 1 if labelled else len(group) > 1
+        # another variant than the one asked for (a stand-in), or the fastest of several: named
+        label = name(fastest) or ("defaults" if preferred is not None else "")
+        named = f" ({label})" if label and not exact and (preferred is not None or several) else ""
         out[method] = Cell(f"{fastest['ratio']:.2f}{named}", (fastest["ratio"],) if method not in CONTROLS else None)
     return out
 
